@@ -1,0 +1,1 @@
+"""fgpu node agent: NVML discovery, health, usage, Device reporting and the GPU runtime hook."""

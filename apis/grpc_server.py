@@ -1,0 +1,130 @@
+"""What every fgpu gRPC server has in common: addresses, health, reflection.
+
+Every server in the project serves the standard `grpc.health.v1.Health`
+service and server reflection, so an operator can always run
+`grpcurl -plaintext -unix SOCKET list` against it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+UNIX_PREFIX = "unix://"
+
+#: kubelet's own limit; servers and channels in fgpu accept at least this much.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+)
+
+
+class AddressError(ValueError):
+    """A listen or dial address fgpu cannot use."""
+
+
+@dataclass(frozen=True)
+class Address:
+    """A parsed address: a unix socket path, or a host:port."""
+
+    unix_path: str | None
+    hostport: str | None
+
+    @property
+    def grpc_target(self) -> str:
+        """The form grpcio's `add_insecure_port` and `insecure_channel` take."""
+        if self.unix_path is not None:
+            return f"unix:{self.unix_path}" if not self.unix_path.startswith("/") else f"unix://{self.unix_path}"
+        assert self.hostport is not None
+        return self.hostport
+
+
+def parse_address(value: str, *, field: str = "address") -> Address:
+    """Parses `unix:///abs/path`, `unix:rel/path` or `host:port`."""
+    if value.startswith(UNIX_PREFIX):
+        path = value[len(UNIX_PREFIX):]
+        if not path.startswith("/"):
+            raise AddressError(
+                f"{field}={value!r}: a unix:// address needs an absolute path; write unix:///run/fgpu/x.sock"
+            )
+        return Address(unix_path=path, hostport=None)
+    if value.startswith("unix:"):
+        return Address(unix_path=value[len("unix:"):], hostport=None)
+    if value.startswith("/"):
+        return Address(unix_path=value, hostport=None)
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise AddressError(
+            f"{field}={value!r}: expected unix:///PATH or HOST:PORT, e.g. unix:///run/fgpu/agent.sock or 127.0.0.1:9443"
+        )
+    return Address(unix_path=None, hostport=value)
+
+
+def prepare_unix_socket(path: str) -> None:
+    """Makes `path` free for a new listener.
+
+    A stale socket left by a crashed process is removed; anything else at the
+    path (a regular file, a directory) is refused rather than deleted, because
+    it is not ours to delete.
+    """
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise AddressError(f"{path} exists and is not a socket; remove it or choose another listen path")
+    os.unlink(path)
+
+
+def finish_unix_socket(path: str, *, mode: int = 0o660, group: int | None = None) -> None:
+    """Sets the permissions of a socket just created by a listener."""
+    os.chmod(path, mode)
+    if group is not None:
+        with contextlib.suppress(PermissionError):
+            os.chown(path, -1, group)
+
+
+def add_listener(
+    server: grpc.Server, address: str, *, field: str = "listen", mode: int = 0o660, group: int | None = None
+) -> Address:
+    """Binds `server` to `address`, replacing a stale unix socket safely."""
+    addr = parse_address(address, field=field)
+    if addr.unix_path is not None:
+        prepare_unix_socket(addr.unix_path)
+    port = server.add_insecure_port(addr.grpc_target)
+    if addr.unix_path is None and port == 0:
+        raise AddressError(f"{field}={address!r}: could not bind; is the port in use?")
+    if addr.unix_path is not None:
+        finish_unix_socket(addr.unix_path, mode=mode, group=group)
+    return addr
+
+
+def add_health_and_reflection(server: grpc.Server, service_names: Iterable[str]) -> health.HealthServicer:
+    """Registers health (every service SERVING) and reflection for `service_names`."""
+    names = list(service_names)
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    for name in names:
+        servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
+    )
+    return servicer
+
+
+def insecure_channel(address: str, *, field: str = "address") -> grpc.Channel:
+    """A client channel to an fgpu address, with the project's message limits."""
+    return grpc.insecure_channel(parse_address(address, field=field).grpc_target, options=list(CHANNEL_OPTIONS))

@@ -1,0 +1,111 @@
+"""Every wire name fgpu speaks, defined once.
+
+Resource names, annotation and label keys, env var names and API groups live
+here and nowhere else, so the scheduler that writes a name and the agent or
+proxy that reads it cannot drift apart. The Koordinator names are the ones of
+its open device protocol (`apis/extension/device_share.go`), so pods and
+allocations move between fgpu and Koordinator components unchanged.
+"""
+
+from typing import Final
+
+# --- Extended resources a pod asks for (Koordinator device protocol) -------
+
+#: Percent of one GPU's compute; 100 per whole GPU, e.g. 50 or 200.
+GPU_CORE: Final = "koordinator.sh/gpu-core"
+#: GPU memory in bytes (a Kubernetes quantity such as "20Gi").
+GPU_MEMORY: Final = "koordinator.sh/gpu-memory"
+#: GPU memory as percent of one GPU's memory; 100 per whole GPU.
+GPU_MEMORY_RATIO: Final = "koordinator.sh/gpu-memory-ratio"
+#: Number of cards a shared request is spread over.
+GPU_SHARED: Final = "koordinator.sh/gpu.shared"
+#: Koordinator's whole-GPU shorthand: N means N whole GPUs.
+KOORD_GPU: Final = "koordinator.sh/gpu"
+#: The NVIDIA device plugin's whole-GPU resource.
+NVIDIA_GPU: Final = "nvidia.com/gpu"
+
+#: Every resource name in the koordinator protocol (what the scheduler manages natively).
+KOORDINATOR_RESOURCES: Final = (GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, GPU_SHARED, KOORD_GPU)
+
+# --- Pod annotations --------------------------------------------------------
+
+#: The allocation the scheduler made: Koordinator's DeviceAllocations JSON,
+#: e.g. {"gpu":[{"minor":0,"id":"GPU-...","resources":{"koordinator.sh/gpu-core":"50"}}]}.
+DEVICE_ALLOCATED: Final = "scheduling.koordinator.sh/device-allocated"
+#: HMAC-SHA256 over pod UID + node + DEVICE_ALLOCATED value, "v1:<hex>".
+ALLOCATION_SIGNATURE: Final = "fgpu.io/allocation-signature"
+#: Node the signed allocation is for (so a node can refuse a foreign one).
+ALLOCATION_NODE: Final = "fgpu.io/allocation-node"
+#: Comma-separated GPU models the pod may use (label-safe form, e.g. "A100-SXM4-80GB,H100-SXM5-80GB").
+GPU_MODEL_USE: Final = "fgpu.io/gpu-model-use"
+#: Comma-separated GPU models the pod must not use.
+GPU_MODEL_AVOID: Final = "fgpu.io/gpu-model-avoid"
+#: Required topology scope of a multi-GPU pod: "nvlink", "pcie", "numa" or "node".
+GPU_TOPOLOGY_SCOPE: Final = "fgpu.io/gpu-topology-scope"
+#: Job key override: pods with the same value get the same GPU model.
+JOB_KEY: Final = "fgpu.io/job-key"
+
+# --- Labels -------------------------------------------------------------------
+
+#: Gang/pod-group label (scheduler-plugins coscheduling), one of the job keys.
+POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
+#: Older pod-group label still used by some operators.
+POD_GROUP_LABEL_LEGACY: Final = "pod-group.scheduling.sigs.k8s.io"
+#: Node label: GPU model (label-safe form).
+NODE_GPU_MODEL: Final = "node.koordinator.sh/gpu-model"
+#: Node label: GPU vendor.
+NODE_GPU_VENDOR: Final = "node.koordinator.sh/gpu-vendor"
+#: Node label: driver version.
+NODE_GPU_DRIVER_VERSION: Final = "node.koordinator.sh/gpu-driver-version"
+#: Pod label marking a RuntimeHooks server pod: the proxy bypasses hooks for it,
+#: so an agent running as a pod cannot deadlock its own creation.
+HOOK_SERVER_LABEL: Final = "fgpu.io/hook-server"
+
+# --- Scheduler ---------------------------------------------------------------
+
+#: schedulerName of pods the standalone scheduler binds itself.
+SCHEDULER_NAME: Final = "fgpu-scheduler"
+#: Lease used for leader election of the standalone scheduler.
+LEADER_LEASE_NAME: Final = "fgpu-scheduler"
+
+# --- The Device custom resource (Koordinator scheduling.koordinator.sh/v1alpha1) ---
+
+DEVICE_GROUP: Final = "scheduling.koordinator.sh"
+DEVICE_VERSION: Final = "v1alpha1"
+DEVICE_PLURAL: Final = "devices"
+DEVICE_KIND: Final = "Device"
+DEVICE_TYPE_GPU: Final = "gpu"
+#: Annotation on the Device holding fgpu's extra facts (NVLink peers, MIG
+#: instances, external holders, driver versions) as JSON. Koordinator's readers
+#: ignore annotations, and its CRD schema would prune unknown spec fields.
+DEVICE_EXTRAS: Final = "fgpu.io/device-extras"
+
+# --- Container environment ------------------------------------------------------
+
+NVIDIA_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
+#: Value that makes the NVIDIA container runtime expose no GPU.
+NVIDIA_VISIBLE_DEVICES_VOID: Final = "void"
+#: HAMi-core: per visible GPU i, "CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m".
+HAMI_MEMORY_LIMIT_PREFIX: Final = "CUDA_DEVICE_MEMORY_LIMIT_"
+#: HAMi-core: compute limit in percent.
+HAMI_SM_LIMIT: Final = "CUDA_DEVICE_SM_LIMIT"
+#: HAMi-core: per-container shared cache file.
+HAMI_SHARED_CACHE: Final = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
+#: NVIDIA MPS: pipe directory of the MPS control daemon.
+MPS_PIPE_DIRECTORY: Final = "CUDA_MPS_PIPE_DIRECTORY"
+#: NVIDIA MPS: log directory.
+MPS_LOG_DIRECTORY: Final = "CUDA_MPS_LOG_DIRECTORY"
+#: NVIDIA MPS: "<i>=<MiB>M,..." memory limit per device.
+MPS_PINNED_MEM_LIMIT: Final = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+#: NVIDIA MPS: compute limit in percent.
+MPS_ACTIVE_THREAD_PERCENTAGE: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+#: Informative: comma-separated allocated memory bytes per visible GPU.
+FGPU_MEMORY_BYTES: Final = "FGPU_GPU_MEMORY_BYTES"
+#: Informative: comma-separated allocated core percent per visible GPU.
+FGPU_CORE_PERCENT: Final = "FGPU_GPU_CORE_PERCENT"
+#: Informative: comma-separated GPU UUIDs, same order as the two above.
+FGPU_GPU_UUIDS: Final = "FGPU_GPU_UUIDS"
+#: Informative: the isolation backend that enforces the limits.
+FGPU_ISOLATION: Final = "FGPU_ISOLATION"
+#: Downward-API variable carrying the node name to the agent.
+NODE_NAME_ENV: Final = "NODE_NAME"

@@ -1,0 +1,1 @@
+"""fgpuctl: the operator CLI. A front end: it may use any component's public API."""

@@ -1,0 +1,51 @@
+"""fgpuctl entry point: dispatches `fgpuctl VERB ...` to the module that owns the verb.
+
+Each verb lives in its own module exposing `add_arguments(parser)` and
+`run(args) -> int`; the module is imported only when its verb runs, so a
+verb's heavy dependencies never slow down the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: verb -> (module, one-line help)
+VERBS: dict[str, tuple[str, str]] = {
+    "validate": ("fgpuctl.validate", "check Pod manifests and print their normalized GPU requests"),
+    "inspect": ("fgpuctl.inspect", "per node and GPU: model, health, allocated/total, pods"),
+    "simulate": ("fgpuctl.simulate", "replay a production trace through the scheduler core"),
+    "defrag-plan": ("fgpuctl.defrag", "propose pod moves that free whole GPUs for a pending shape"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fgpuctl", description="Operate fgpu: fine-grained GPU sharing for Kubernetes.")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    for verb, (module_name, help_text) in VERBS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # verb not built in this version
+        verb_parser = sub.add_parser(verb, help=help_text, description=help_text)
+        module.add_arguments(verb_parser)
+        verb_parser.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run = getattr(args, "_run", None)
+    if run is None:
+        parser.print_help(sys.stderr)
+        return 2
+    return int(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""fgpu scheduler plugin service: node and GPU choice, signed allocations, kube-scheduler integration."""

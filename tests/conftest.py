@@ -1,0 +1,1 @@
+"""Shared pytest setup. Topic folders keep their own fixtures in their own conftest.py."""
