@@ -12,8 +12,10 @@ import os
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import grpc
+from google.protobuf import descriptor, descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -61,7 +63,7 @@ def parse_address(value: str, *, field: str = "address") -> Address:
         return Address(unix_path=value[len("unix:"):], hostport=None)
     if value.startswith("/"):
         return Address(unix_path=value, hostport=None)
-    host, sep, port = value.rpartition(":")
+    _host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit():
         raise AddressError(
             f"{field}={value!r}: expected unix:///PATH or HOST:PORT, e.g. unix:///run/fgpu/agent.sock or 127.0.0.1:9443"
@@ -120,9 +122,41 @@ def add_health_and_reflection(server: grpc.Server, service_names: Iterable[str])
     for name in names:
         servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection(
-        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
+        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+        server,
+        # Duck-typed: the servicer only calls Find* methods on it.
+        pool=cast(descriptor_pool.DescriptorPool, _MethodAwarePool(descriptor_pool.Default())),
     )
     return servicer
+
+
+class _MethodAwarePool:
+    """The default descriptor pool, plus lookup of "pkg.Service.Method" symbols.
+
+    The upb-backed pool cannot find the file of a method, so without this
+    `grpcurl describe pkg.Service.Method` fails (grpc/grpc#34743).
+    """
+
+    def __init__(self, pool: descriptor_pool.DescriptorPool) -> None:
+        self._pool = pool
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._pool, name)
+
+    def FindFileContainingSymbol(self, symbol: str) -> descriptor.FileDescriptor:
+        try:
+            return self._pool.FindFileContainingSymbol(symbol)
+        except KeyError:
+            service_name, _, method = symbol.rpartition(".")
+            if service_name:
+                try:
+                    service = self._pool.FindServiceByName(service_name)
+                except KeyError:
+                    pass
+                else:
+                    if method in service.methods_by_name:
+                        return service.file
+            raise
 
 
 def insecure_channel(address: str, *, field: str = "address") -> grpc.Channel:

@@ -36,6 +36,10 @@ DEVICE_ALLOCATED: Final = "scheduling.koordinator.sh/device-allocated"
 ALLOCATION_SIGNATURE: Final = "fgpu.io/allocation-signature"
 #: Node the signed allocation is for (so a node can refuse a foreign one).
 ALLOCATION_NODE: Final = "fgpu.io/allocation-node"
+#: Key inside a DEVICE_ALLOCATED entry's "extension" object holding the MIG
+#: instance UUID of a MIG share. Koordinator decodes "extension" into a struct,
+#: so its readers skip this key.
+ALLOCATION_MIG_UUID: Final = "fgpu.io/mig-uuid"
 #: Comma-separated GPU models the pod may use (label-safe form, e.g. "A100-SXM4-80GB,H100-SXM5-80GB").
 GPU_MODEL_USE: Final = "fgpu.io/gpu-model-use"
 #: Comma-separated GPU models the pod must not use.
@@ -51,6 +55,8 @@ JOB_KEY: Final = "fgpu.io/job-key"
 POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
 #: Older pod-group label still used by some operators.
 POD_GROUP_LABEL_LEGACY: Final = "pod-group.scheduling.sigs.k8s.io"
+#: Node field a required node affinity term may match (matchFields), e.g. for DaemonSet pods.
+NODE_NAME_FIELD: Final = "metadata.name"
 #: Node label: GPU model (label-safe form).
 NODE_GPU_MODEL: Final = "node.koordinator.sh/gpu-model"
 #: Node label: GPU vendor.
@@ -85,6 +91,11 @@ DEVICE_EXTRAS: Final = "fgpu.io/device-extras"
 NVIDIA_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
 #: Value that makes the NVIDIA container runtime expose no GPU.
 NVIDIA_VISIBLE_DEVICES_VOID: Final = "void"
+#: CUDA's device enumeration order; the agent sets "PCI_BUS_ID" so that CUDA
+#: ordinal i is the i-th visible GPU by bus id, the index the per-GPU limit
+#: variables (CUDA_DEVICE_MEMORY_LIMIT_<i>, the MPS "<i>=" list) use.
+CUDA_DEVICE_ORDER: Final = "CUDA_DEVICE_ORDER"
+CUDA_DEVICE_ORDER_PCI_BUS_ID: Final = "PCI_BUS_ID"
 #: HAMi-core: per visible GPU i, "CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m".
 HAMI_MEMORY_LIMIT_PREFIX: Final = "CUDA_DEVICE_MEMORY_LIMIT_"
 #: HAMi-core: compute limit in percent.

@@ -1,0 +1,228 @@
+"""The allocation annotation: Koordinator's `scheduling.koordinator.sh/device-allocated`.
+
+The scheduler writes it on a pod at bind time; the node agent and the runtime
+proxy read it to know which GPUs, and how much of each, the pod got. The JSON
+is Koordinator's `DeviceAllocations` (`apis/extension/device_share.go`): an
+object keyed by device type, each a list of per-device entries::
+
+    {"gpu":[{"id":"GPU-8f2b0c3e","minor":0,
+             "resources":{"koordinator.sh/gpu-core":"50",
+                          "koordinator.sh/gpu-memory":"20Gi",
+                          "koordinator.sh/gpu-memory-ratio":"50"}}]}
+
+A MIG share also carries ``"extension":{"fgpu.io/mig-uuid":"MIG-..."}``;
+Koordinator decodes "extension" into a struct and skips keys it does not know.
+
+Reading is tolerant, because Koordinator's own scheduler may have written the
+value: quantities may be numbers or strings, "id" may be missing, unknown keys
+and other device types ("rdma", "fpga") are ignored. Writing is exact and
+canonical (sorted keys, no spaces, memory in its shortest binary form) because
+the written string is what the allocation signature covers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from apis import names
+from apis.quantity import QuantityError, format_bytes, parse_quantity
+
+_MINOR = "minor"
+_ID = "id"
+_RESOURCES = "resources"
+_EXTENSION = "extension"
+
+#: Percent values of one device: 100 is the whole device.
+_MAX_PERCENT = 100
+
+
+class AllocationError(ValueError):
+    """An allocation annotation (or an Allocation value) that cannot be used."""
+
+
+@dataclass(frozen=True)
+class GPUShare:
+    """The part of one GPU a pod got.
+
+    Example entry: ``{"id":"GPU-8f2b","minor":0,"resources":{"koordinator.sh/gpu-core":"50",
+    "koordinator.sh/gpu-memory":"20Gi","koordinator.sh/gpu-memory-ratio":"50"}}``.
+    """
+
+    minor: int
+    uuid: str
+    #: Percent of the GPU's compute; 100 = whole GPU, 0 = memory-only share.
+    core_percent: int
+    memory_bytes: int
+    memory_ratio_percent: int
+    #: UUID of the MIG instance when the share is one; empty otherwise.
+    mig_uuid: str = ""
+
+    @property
+    def whole(self) -> bool:
+        """True when the pod has the entire GPU."""
+        return self.core_percent == _MAX_PERCENT and self.memory_ratio_percent == _MAX_PERCENT
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Every GPU share of one pod, in the order the container sees the GPUs.
+
+    Example: ``{"gpu":[{"id":"GPU-8f2b","minor":0,"resources":{...}}]}``.
+    """
+
+    gpus: tuple[GPUShare, ...]
+
+    @property
+    def uuids(self) -> tuple[str, ...]:
+        """GPU UUIDs in allocation order (MIG instance UUIDs where the share is one)."""
+        return tuple(g.mig_uuid or g.uuid for g in self.gpus)
+
+
+def encode_allocation(allocation: Allocation) -> str:
+    """The canonical annotation value for `allocation`.
+
+    The same allocation always gives the same bytes, so signatures over it are
+    stable. Raises AllocationError for a value no reader could use.
+    """
+    entries = []
+    for i, share in enumerate(allocation.gpus):
+        _check_share(share, where=f"gpus[{i}]")
+        entry: dict[str, object] = {
+            _MINOR: share.minor,
+            _RESOURCES: {
+                names.GPU_CORE: str(share.core_percent),
+                names.GPU_MEMORY: format_bytes(share.memory_bytes),
+                names.GPU_MEMORY_RATIO: str(share.memory_ratio_percent),
+            },
+        }
+        if share.uuid:
+            entry[_ID] = share.uuid
+        if share.mig_uuid:
+            entry[_EXTENSION] = {names.ALLOCATION_MIG_UUID: share.mig_uuid}
+        entries.append(entry)
+    return json.dumps({names.DEVICE_TYPE_GPU: entries}, sort_keys=True, separators=(",", ":"))
+
+
+def decode_allocation(text: str) -> Allocation:
+    """Reads an annotation value written by fgpu or by Koordinator.
+
+    Raises AllocationError naming the entry, field and value that cannot be read.
+    """
+    try:
+        data = json.loads(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        # RecursionError: absurdly nested input must be refused, not crash the reader.
+        raise AllocationError(
+            f"{names.DEVICE_ALLOCATED}: not valid JSON ({exc}); expected "
+            '{"gpu":[{"minor":0,"id":"GPU-...","resources":{...}}]} as the scheduler writes it'
+        ) from exc
+    if not isinstance(data, dict):
+        raise AllocationError(
+            f"{names.DEVICE_ALLOCATED}: expected a JSON object keyed by device type, got {_kind(data)}"
+        )
+    entries = data.get(names.DEVICE_TYPE_GPU)
+    if entries is None:
+        return Allocation(gpus=())
+    if not isinstance(entries, list):
+        raise AllocationError(
+            f'{names.DEVICE_ALLOCATED}: "gpu" must be a list of device entries, got {_kind(entries)}'
+        )
+    return Allocation(gpus=tuple(_decode_entry(e, where=f"gpu[{i}]") for i, e in enumerate(entries)))
+
+
+def _decode_entry(entry: object, *, where: str) -> GPUShare:
+    if not isinstance(entry, dict):
+        raise AllocationError(f"{names.DEVICE_ALLOCATED}: {where} must be an object, got {_kind(entry)}")
+    minor = entry.get(_MINOR)
+    if isinstance(minor, bool) or not isinstance(minor, int) or minor < 0:
+        raise AllocationError(
+            f"{names.DEVICE_ALLOCATED}: {where}.minor={minor!r} is not a GPU minor number; "
+            "expected an integer >= 0 (the N of /dev/nvidiaN)"
+        )
+    uuid = entry.get(_ID, "")
+    if uuid is None:
+        uuid = ""
+    if not isinstance(uuid, str):
+        raise AllocationError(f"{names.DEVICE_ALLOCATED}: {where}.id={uuid!r} must be a string GPU UUID")
+    resources = entry.get(_RESOURCES) or {}
+    if not isinstance(resources, dict):
+        raise AllocationError(
+            f"{names.DEVICE_ALLOCATED}: {where}.resources must be an object of resource name to "
+            f"quantity, got {_kind(resources)}"
+        )
+    return GPUShare(
+        minor=minor,
+        uuid=uuid,
+        core_percent=_percent(resources, names.GPU_CORE, where=where),
+        memory_bytes=_whole_number(resources, names.GPU_MEMORY, where=where),
+        memory_ratio_percent=_percent(resources, names.GPU_MEMORY_RATIO, where=where),
+        mig_uuid=_mig_uuid(entry.get(_EXTENSION), where=where),
+    )
+
+
+def _whole_number(resources: Mapping[str, object], name: str, *, where: str) -> int:
+    value = resources.get(name)
+    if value is None:
+        return 0
+    field = f"{names.DEVICE_ALLOCATED}: {where}.resources[{name}]"
+    try:
+        quantity = parse_quantity(value, field=field)
+    except QuantityError as exc:
+        raise AllocationError(str(exc)) from exc
+    except ValueError as exc:  # NaN and Infinity, which Python's JSON reader accepts
+        raise AllocationError(f"{field}={value!r} is not a finite quantity") from exc
+    if quantity < 0 or quantity.denominator != 1:
+        raise AllocationError(f"{field}={value!r} must be a whole number >= 0")
+    return int(quantity)
+
+
+def _percent(resources: Mapping[str, object], name: str, *, where: str) -> int:
+    value = _whole_number(resources, name, where=where)
+    if value > _MAX_PERCENT:
+        raise AllocationError(
+            f"{names.DEVICE_ALLOCATED}: {where}.resources[{name}]={resources.get(name)!r} is above "
+            f"{_MAX_PERCENT}; one entry is one GPU, so its share is at most {_MAX_PERCENT}"
+        )
+    return value
+
+
+def _mig_uuid(extension: object, *, where: str) -> str:
+    if not isinstance(extension, dict):
+        # Koordinator's own extension fields are other shapes we do not use.
+        return ""
+    value = extension.get(names.ALLOCATION_MIG_UUID, "")
+    if not isinstance(value, str):
+        raise AllocationError(
+            f"{names.DEVICE_ALLOCATED}: {where}.extension[{names.ALLOCATION_MIG_UUID}]={value!r} "
+            "must be a string MIG UUID"
+        )
+    return value
+
+
+def _check_share(share: GPUShare, *, where: str) -> None:
+    problems = []
+    if share.minor < 0:
+        problems.append(f"minor={share.minor} must be >= 0")
+    for field, value in (("core_percent", share.core_percent), ("memory_ratio_percent", share.memory_ratio_percent)):
+        if not 0 <= value <= _MAX_PERCENT:
+            problems.append(f"{field}={value} must be within 0..{_MAX_PERCENT} (one entry is one GPU)")
+    if share.memory_bytes < 0:
+        problems.append(f"memory_bytes={share.memory_bytes} must be >= 0")
+    if problems:
+        raise AllocationError(f"cannot encode allocation {where}: " + "; ".join(problems))
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
