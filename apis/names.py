@@ -19,7 +19,8 @@ GPU_MEMORY: Final = "koordinator.sh/gpu-memory"
 GPU_MEMORY_RATIO: Final = "koordinator.sh/gpu-memory-ratio"
 #: Number of cards a shared request is spread over.
 GPU_SHARED: Final = "koordinator.sh/gpu.shared"
-#: Koordinator's whole-GPU shorthand: N means N whole GPUs.
+#: Koordinator's shorthand for core and memory ratio together, in percent of a card:
+#: 100 = one whole GPU, 50 = half of one (compute and memory), 200 = two whole GPUs.
 KOORD_GPU: Final = "koordinator.sh/gpu"
 #: The NVIDIA device plugin's whole-GPU resource.
 NVIDIA_GPU: Final = "nvidia.com/gpu"
@@ -85,6 +86,12 @@ DEVICE_TYPE_GPU: Final = "gpu"
 #: instances, external holders, driver versions) as JSON. Koordinator's readers
 #: ignore annotations, and its CRD schema would prune unknown spec fields.
 DEVICE_EXTRAS: Final = "fgpu.io/device-extras"
+
+# --- Kubernetes CRI ------------------------------------------------------------------
+
+#: gRPC services of the Container Runtime Interface that fgpu-runtime-proxy serves.
+CRI_RUNTIME_SERVICE: Final = "runtime.v1.RuntimeService"
+CRI_IMAGE_SERVICE: Final = "runtime.v1.ImageService"
 
 # --- Container environment ------------------------------------------------------
 

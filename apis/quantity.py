@@ -23,6 +23,8 @@ _DECIMAL = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
+#: Kubernetes itself caps quantities far below 10**30; a huge exponent would hang Fraction arithmetic.
+_MAX_EXPONENT = 30
 _PATTERN = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$")
 
 
@@ -47,7 +49,10 @@ def parse_quantity(value: object, *, field: str = "quantity") -> Fraction:
     number, exponent, suffix = match.groups()
     result = Fraction(number)
     if exponent:
-        result *= Fraction(10) ** int(exponent[1:])
+        power = int(exponent[1:])
+        if abs(power) > _MAX_EXPONENT:
+            raise QuantityError(f"{field}: {value!r} is out of range; write a number such as 50 or 20Gi")
+        result *= Fraction(10) ** power
     elif suffix in _BINARY:
         result *= _BINARY[suffix]
     else:
