@@ -1,0 +1,196 @@
+"""The running agent: its threads and servers, wired together, with start() and stop(grace).
+
+    NVMLWorker ──► NodeState ──► HookServer (PreCreateContainer)
+    XidWatcher ─┘       │
+                        ├──► ReportLoop("kubernetes") ─► KubeReporter
+                        └──► ReportLoop("scheduler")  ─► SchedulerReporter
+
+Nothing here decides anything: the decisions live in `agent.health`,
+`agent.hook` and `agent.reporting`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import start_http_server
+
+from agent.cgroups import PidResolver
+from agent.checkpoint import CheckpointReader
+from agent.config import AgentConfig
+from agent.health import HealthTracker
+from agent.hook import HookSettings
+from agent.hookserver import GPUHookServicer, HookServer
+from agent.kube import Kube
+from agent.metrics import AgentMetrics
+from agent.nodestate import NodeState
+from agent.nvmlapi import NVML
+from agent.nvmlworker import NVMLWorker
+from agent.pcitopology import PciTopologySource
+from agent.reporter import KubeReporter
+from agent.reportloop import ReportLoop
+from agent.schedclient import SchedulerReporter
+from apis.devices import NodeDevices
+from apis.signing import SigningKeyError, load_key
+
+log = logging.getLogger(__name__)
+
+
+class SigningKey:
+    """The cluster key, read once; while it cannot be read, every call retries and raises SigningKeyError."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._key: bytes | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> bytes:
+        with self._lock:
+            if self._key is None:
+                self._key = load_key(self._path)
+            return self._key
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        node_name: str,
+        nvml: NVML,
+        topology: PciTopologySource,
+        kube: Kube | None = None,
+        scheduler: SchedulerReporter | None = None,
+        metrics: AgentMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.node_name = node_name
+        self.metrics = metrics or AgentMetrics()
+        self.state = NodeState(
+            node_name=node_name,
+            health=HealthTracker(
+                quiet_period_s=config.health_quiet_period_s, application_xids=config.application_xids
+            ),
+            metrics=self.metrics,
+        )
+        self.worker = NVMLWorker(
+            nvml,
+            state=self.state,
+            topology=topology,
+            resolver=PidResolver(proc_root=config.proc_root),
+            checkpoint=CheckpointReader(config.checkpoint_path),
+            external_resources=config.external_resources,
+            metrics=self.metrics,
+            poll_interval_s=config.poll_interval_s,
+            discovery_interval_s=config.discovery_interval_s,
+            retry_max_s=config.nvml_retry_max_s,
+            clock=clock,
+        )
+        self._key = SigningKey(config.signing_key)
+        self.hook = HookServer(
+            listen=config.hook_listen,
+            servicer=GPUHookServicer(devices=self.state.devices, settings=self._hook_settings, metrics=self.metrics),
+        )
+        self.loops: list[ReportLoop] = []
+        self.kube_reporter: KubeReporter | None = None
+        if kube is not None:
+            reporter = KubeReporter(kube, node_name=node_name, advertise_nvidia_gpu=config.advertise_nvidia_gpu)
+            self.kube_reporter = reporter
+            self.loops.append(
+                ReportLoop(
+                    target="kubernetes",
+                    report=lambda: self._when_ready(reporter.report),
+                    resync_s=config.report_resync_s,
+                    metrics=self.metrics,
+                )
+            )
+        if scheduler is not None:
+            sched = scheduler
+            resync = _Resync(config.report_resync_s, clock)
+            self.loops.append(
+                ReportLoop(
+                    target="scheduler",
+                    report=lambda: self._when_ready(lambda _devices: _report_to_scheduler(sched, self.state, resync)),
+                    resync_s=config.report_resync_s,
+                    metrics=self.metrics,
+                )
+            )
+        self._kube = kube
+        self._scheduler = scheduler
+        self._metrics_server: Any = None
+        self.state.on_change(self._devices_changed)
+
+    def start(self) -> None:
+        self.hook.start()
+        self.worker.start()
+        for loop in self.loops:
+            loop.start()
+        if self.config.metrics_listen:
+            host, _, port = self.config.metrics_listen.rpartition(":")
+            self._metrics_server, _thread = start_http_server(int(port), addr=host or "0.0.0.0", registry=self.metrics.registry)
+            log.info("metrics on http://%s:%d/metrics", host or "0.0.0.0", self._metrics_server.server_port)
+        log.info("fgpu agent started on node %s", self.node_name)
+
+    def stop(self, grace: float = 5.0) -> None:
+        log.info("fgpu agent stopping")
+        self.hook.stop(grace)
+        for loop in self.loops:
+            loop.stop(grace)
+        self.worker.stop(grace)
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+        if self._scheduler is not None:
+            self._scheduler.close()
+        if self._kube is not None:
+            self._kube.close()
+
+    @property
+    def metrics_port(self) -> int:
+        return int(self._metrics_server.server_port) if self._metrics_server is not None else 0
+
+    def _hook_settings(self) -> HookSettings:
+        return HookSettings(
+            node_name=self.node_name,
+            key=self._key.get(),
+            isolation=self.config.isolation,
+            paths=self.config.isolation_paths,
+        )
+
+    def _when_ready(self, report: Callable[[NodeDevices], None]) -> None:
+        # Until NVML has been tried once the picture is "no GPUs, not initialised"; writing it
+        # would flap the node's GPU resources to zero on every agent restart.
+        if self.state.ready():
+            report(self.state.devices())
+
+    def _devices_changed(self, devices: NodeDevices) -> None:
+        for loop in self.loops:
+            loop.poke()
+
+
+class _Resync:
+    """True once per period: when the scheduler gets the report even if nothing changed."""
+
+    def __init__(self, period_s: float, clock: Callable[[], float]) -> None:
+        self._period = period_s
+        self._clock = clock
+        self._next = 0.0
+
+    def due(self) -> bool:
+        return self._clock() >= self._next
+
+    def done(self) -> None:
+        self._next = self._clock() + self._period
+
+
+def _report_to_scheduler(reporter: SchedulerReporter, state: NodeState, resync: _Resync) -> None:
+    if reporter.report(state.devices(), state.usage(), force=resync.due()):
+        resync.done()
+
+
+__all__ = ["Agent", "SigningKey", "SigningKeyError"]

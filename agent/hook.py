@@ -1,0 +1,170 @@
+"""The GPU hook's decision: may this container start, and with what GPU edits?
+
+Pure: from the pod's annotations, this node's devices and the isolation
+settings to a `HookDecision`. The runtime proxy calls PreCreateContainer for
+every container; the gRPC servicer (`agent.hookserver`) turns the request into
+a `HookRequest`, calls `decide`, and the decision back into a HookResponse.
+
+A pod without an allocation gets no answer at all (the proxy's own `void`
+rule hides the GPUs from it). A pod with one gets its GPUs only when the
+allocation is signed for this pod on this node and fits the node as it is
+now: every GPU present and healthy, MIG shares on MIG instances that exist,
+and no GPU given more than it has. Anything else is refused with a reason a
+person can act on, which the proxy turns into a failed CreateContainer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from agent.isolation import ContainerEdits, Isolation, IsolationPaths, VisibleGPU, edits_for
+from agent.pcitopology import sysfs_bus_id
+from apis.allocation import Allocation, AllocationError, GPUShare
+from apis.devices import GPUInfo, NodeDevices
+from apis.signing import SignatureError, verify_pod_annotations
+
+_MAX_PERCENT = 100
+
+
+@dataclass(frozen=True)
+class HookRequest:
+    pod_uid: str
+    pod_namespace: str
+    pod_name: str
+    container_name: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HookDecision:
+    """Edits to apply, a refusal, or neither (the pod has no allocation)."""
+
+    edits: ContainerEdits | None = None
+    rejection: str = ""
+    #: The verified allocation, for logs and metrics.
+    allocation: Allocation | None = None
+
+
+NO_ANSWER = HookDecision()
+
+
+@dataclass(frozen=True)
+class HookSettings:
+    node_name: str
+    key: bytes
+    isolation: Isolation = Isolation.HAMI_CORE
+    paths: IsolationPaths = field(default_factory=IsolationPaths)
+
+
+def decide(request: HookRequest, *, devices: NodeDevices, settings: HookSettings) -> HookDecision:
+    who = f"pod {request.pod_namespace}/{request.pod_name} ({request.pod_uid})"
+    try:
+        allocation = verify_pod_annotations(
+            settings.key, pod_uid=request.pod_uid, node_name=settings.node_name, annotations=request.annotations
+        )
+    except (SignatureError, AllocationError) as err:
+        return HookDecision(rejection=f"{who}: GPU allocation refused: {err}")
+    if allocation is None:
+        return NO_ANSWER
+    if not allocation.gpus:
+        return HookDecision(rejection=f"{who}: GPU allocation lists no GPU; the scheduler must allocate again")
+    if devices.discovery_error:
+        return HookDecision(
+            rejection=f"{who}: node {settings.node_name} cannot use its GPUs right now ({devices.discovery_error}); "
+            "the pod must be scheduled elsewhere or wait for the driver"
+        )
+    problems: list[str] = []
+    visible: list[tuple[str, VisibleGPU]] = []
+    used: dict[str, tuple[int, int]] = {}
+    seen_mig: set[str] = set()
+    for i, share in enumerate(allocation.gpus):
+        gpu, problem = _find_gpu(share, devices)
+        if gpu is None:
+            problems.append(f"gpu[{i}]: {problem}")
+            continue
+        problem = _check_share(share, gpu, seen_mig=seen_mig) or _held_elsewhere(gpu, devices, request.pod_uid)
+        if problem:
+            problems.append(f"gpu[{i}] {gpu.uuid}: {problem}")
+            continue
+        if share.mig_uuid:
+            seen_mig.add(share.mig_uuid)
+            mig = next(m for m in gpu.mig_instances if m.uuid == share.mig_uuid)
+            visible.append((sysfs_bus_id(gpu.topology.bus_id) + f"/{mig.index:02d}", VisibleGPU(
+                uuid=mig.uuid, core_percent=share.core_percent, memory_bytes=mig.memory_bytes, unlimited=True
+            )))
+            continue
+        core, memory = used.get(gpu.uuid, (0, 0))
+        used[gpu.uuid] = (core + share.core_percent, memory + share.memory_bytes)
+        visible.append((sysfs_bus_id(gpu.topology.bus_id) or f"{gpu.minor:08d}", VisibleGPU(
+            uuid=gpu.uuid, core_percent=share.core_percent, memory_bytes=share.memory_bytes, unlimited=share.whole
+        )))
+    for uuid, (core, memory) in used.items():
+        gpu = next(g for g in devices.gpus if g.uuid == uuid)
+        if core > _MAX_PERCENT or memory > gpu.memory_bytes:
+            problems.append(
+                f"{uuid}: allocation gives it {core}% of compute and {memory} bytes of memory in total, "
+                f"more than the GPU has (100%, {gpu.memory_bytes} bytes)"
+            )
+    if len({v.uuid for _, v in visible}) != len(visible):
+        problems.append("the same GPU is listed twice; the scheduler must merge the shares")
+    if problems:
+        return HookDecision(rejection=f"{who}: GPU allocation does not fit node {settings.node_name}: " + "; ".join(problems))
+    # CUDA ordinals follow PCI bus order (the hook sets CUDA_DEVICE_ORDER=PCI_BUS_ID), so the
+    # per-GPU limits must be listed in that order too.
+    ordered = [v for _, v in sorted(visible, key=lambda kv: kv[0])]
+    edits = edits_for(
+        ordered,
+        isolation=settings.isolation,
+        paths=settings.paths,
+        pod_uid=request.pod_uid,
+        container_name=request.container_name,
+    )
+    return HookDecision(edits=edits, allocation=allocation)
+
+
+def _find_gpu(share: GPUShare, devices: NodeDevices) -> tuple[GPUInfo | None, str]:
+    if share.uuid:
+        gpu = next((g for g in devices.gpus if g.uuid == share.uuid), None)
+        if gpu is None:
+            return None, f"GPU {share.uuid} is not on this node; the pod must be scheduled again"
+        if gpu.minor != share.minor:
+            return None, (
+                f"GPU {share.uuid} has minor {gpu.minor} here but the allocation says minor {share.minor}; "
+                "the allocation is stale, the pod must be scheduled again"
+            )
+        return gpu, ""
+    gpu = next((g for g in devices.gpus if g.minor == share.minor), None)
+    if gpu is None:
+        return None, f"no GPU with minor {share.minor} (/dev/nvidia{share.minor}) on this node"
+    return gpu, ""
+
+
+def _held_elsewhere(gpu: GPUInfo, devices: NodeDevices, pod_uid: str) -> str:
+    for h in devices.external_holders:
+        if h.gpu_uuid == gpu.uuid and h.pod_uid != pod_uid:
+            return (
+                f"the GPU is held by pod {h.pod_uid} through {h.resource_name or 'another device plugin'}; "
+                "it cannot be shared with fgpu pods"
+            )
+    return ""
+
+
+def _check_share(share: GPUShare, gpu: GPUInfo, *, seen_mig: set[str]) -> str:
+    if not gpu.healthy:
+        return f"GPU is unhealthy ({gpu.health_reason or 'unknown reason'}); the pod must be scheduled on a healthy GPU"
+    if share.mig_uuid:
+        if not gpu.mig_enabled:
+            return f"MIG instance {share.mig_uuid} asked for, but the GPU is not in MIG mode"
+        if not any(m.uuid == share.mig_uuid for m in gpu.mig_instances):
+            return f"MIG instance {share.mig_uuid} does not exist on it (MIG layout changed?)"
+        if share.mig_uuid in seen_mig:
+            return f"MIG instance {share.mig_uuid} is listed twice"
+        return ""
+    if gpu.mig_enabled:
+        return "the GPU is in MIG mode, so only its MIG instances can be allocated, not a share of the whole GPU"
+    if not 0 <= share.core_percent <= _MAX_PERCENT:
+        return f"core {share.core_percent}% is outside 0..100"
+    if share.memory_bytes > gpu.memory_bytes:
+        return f"memory {share.memory_bytes} bytes is more than the GPU's {gpu.memory_bytes}"
+    return ""

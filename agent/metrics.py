@@ -1,0 +1,92 @@
+"""The agent's Prometheus metrics, in a registry of its own.
+
+Per-GPU and per-pod gauges follow the latest usage cycle: label sets that
+disappear (a pod ended, a GPU left) are removed, not left at their last value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from agent.usage import GPUUsage
+from apis.devices import NodeDevices
+
+
+class AgentMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.nvml_up = Gauge("fgpu_agent_nvml_up", "1 when NVML answered at the last discovery.", registry=r)
+        self.gpu_healthy = Gauge("fgpu_agent_gpu_healthy", "1 when the GPU is healthy.", ["uuid", "model"], registry=r)
+        self.gpu_memory_total = Gauge(
+            "fgpu_agent_gpu_memory_total_bytes", "GPU memory in bytes.", ["uuid"], registry=r
+        )
+        self.gpu_memory_used = Gauge(
+            "fgpu_agent_gpu_memory_used_bytes", "GPU memory in use in bytes.", ["uuid"], registry=r
+        )
+        self.gpu_sm = Gauge(
+            "fgpu_agent_gpu_sm_utilization_percent", "SM utilization over NVML's last sample.", ["uuid"], registry=r
+        )
+        self.pod_memory = Gauge(
+            "fgpu_agent_pod_gpu_memory_used_bytes", "GPU memory used by a pod's processes.", ["pod_uid", "uuid"], registry=r
+        )
+        self.pod_processes = Gauge(
+            "fgpu_agent_pod_gpu_processes", "Processes of a pod on a GPU.", ["pod_uid", "uuid"], registry=r
+        )
+        self.health_transitions = Counter(
+            "fgpu_agent_health_transitions_total", "GPU health changes.", ["uuid", "to", "reason"], registry=r
+        )
+        self.xid_events = Counter("fgpu_agent_xid_events_total", "Xid events seen.", ["uuid", "xid"], registry=r)
+        self.report_seconds = Histogram(
+            "fgpu_agent_report_seconds", "Time to write one report.", ["target"], registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.report_errors = Counter("fgpu_agent_report_errors_total", "Failed report writes.", ["target"], registry=r)
+        self.usage_cycle_cpu = Histogram(
+            "fgpu_agent_usage_cycle_cpu_seconds", "CPU time of one usage cycle.", registry=r,
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1),
+        )
+        self.hook_decisions = Counter(
+            "fgpu_agent_hook_decisions_total", "PreCreateContainer answers.", ["outcome"], registry=r
+        )
+        self._gpu_labels: set[str] = set()
+        self._pod_labels: set[tuple[str, str]] = set()
+        self._health_labels: set[tuple[str, str]] = set()
+
+    def observe_devices(self, devices: NodeDevices) -> None:
+        self.nvml_up.set(0 if devices.discovery_error else 1)
+        labels = {(g.uuid, g.model_label) for g in devices.gpus}
+        for uuid, model in self._health_labels - labels:
+            self.gpu_healthy.remove(uuid, model)
+        self._health_labels = labels
+        for g in devices.gpus:
+            self.gpu_healthy.labels(g.uuid, g.model_label).set(1 if g.healthy else 0)
+            self.gpu_memory_total.labels(g.uuid).set(g.memory_bytes)
+
+    def observe_usage(self, usage: Iterable[GPUUsage]) -> None:
+        gpus: set[str] = set()
+        pods: dict[tuple[str, str], tuple[int, int]] = {}
+        for u in usage:
+            gpus.add(u.uuid)
+            self.gpu_memory_used.labels(u.uuid).set(u.memory_used_bytes)
+            self.gpu_sm.labels(u.uuid).set(u.sm_utilization_percent)
+            for p in u.processes:
+                if not p.pod_uid:
+                    continue
+                memory, count = pods.get((p.pod_uid, u.uuid), (0, 0))
+                pods[(p.pod_uid, u.uuid)] = (memory + p.used_memory_bytes, count + 1)
+        for uuid in self._gpu_labels - gpus:
+            self.gpu_memory_used.remove(uuid)
+            self.gpu_sm.remove(uuid)
+        for key in self._pod_labels - set(pods):
+            self.pod_memory.remove(*key)
+            self.pod_processes.remove(*key)
+        for key, (memory, count) in pods.items():
+            self.pod_memory.labels(*key).set(memory)
+            self.pod_processes.labels(*key).set(count)
+        self._gpu_labels, self._pod_labels = gpus, set(pods)
+
+    def exposition(self) -> bytes:
+        return bytes(generate_latest(self.registry))

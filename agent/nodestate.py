@@ -1,0 +1,145 @@
+"""What the agent currently knows about its node, shared by its threads.
+
+Discovery, health, external holders and the latest usage are written by the
+NVML worker and read by the hook and the reporters; `devices()` gives the
+combined picture (discovery with health overlaid and holders attached).
+Listeners are told when that picture changes, so reporters write at once
+instead of waiting for their resync.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from agent.discovery import Discovery
+from agent.health import HealthTracker, Transition
+from agent.metrics import AgentMetrics
+from agent.usage import GPUUsage
+from apis.devices import ExternalHolder, GPUInfo, NodeDevices
+
+log = logging.getLogger(__name__)
+
+
+class NodeState:
+    def __init__(self, *, node_name: str, health: HealthTracker, metrics: AgentMetrics) -> None:
+        self.node_name = node_name
+        self._lock = threading.RLock()
+        self._health = health
+        self._metrics = metrics
+        self._discovery: Discovery | None = None
+        self._error = "NVML not initialised yet"
+        self._holders: tuple[ExternalHolder, ...] = ()
+        self._usage: tuple[GPUUsage, ...] = ()
+        #: GPUs seen once and gone at a later discovery; reported unhealthy rather than silently dropped.
+        self._vanished: dict[str, GPUInfo] = {}
+        self._devices = NodeDevices(node_name=node_name, discovery_error=self._error)
+        self._listeners: list[Callable[[NodeDevices], None]] = []
+        self._ready = False
+
+    def on_change(self, listener: Callable[[NodeDevices], None]) -> None:
+        with self._lock:
+            self._listeners.append(listener)
+
+    def devices(self) -> NodeDevices:
+        with self._lock:
+            return self._devices
+
+    def ready(self) -> bool:
+        """True once NVML has been tried: before that, a report would advertise zero GPUs for nothing."""
+        with self._lock:
+            return self._ready
+
+    def discovery(self) -> Discovery | None:
+        with self._lock:
+            return self._discovery
+
+    def usage(self) -> tuple[GPUUsage, ...]:
+        with self._lock:
+            return self._usage
+
+    def set_discovery(self, discovery: Discovery) -> None:
+        with self._lock:
+            if self._discovery is not None:
+                now = {g.uuid for g in discovery.devices.gpus}
+                for g in self._discovery.devices.gpus:
+                    if g.uuid not in now:
+                        log.warning("GPU %s (index %d) no longer answers NVML; reporting it unhealthy", g.uuid, g.index)
+                        self._vanished[g.uuid] = replace(g, healthy=False, health_reason="lost: not found by NVML")
+            for g in discovery.devices.gpus:
+                self._vanished.pop(g.uuid, None)
+            self._discovery = discovery
+            self._error = ""
+            self._ready = True
+            # Vanished GPUs keep their health history: when one comes back it must pass the quiet period.
+            self._health.forget([*(g.uuid for g in discovery.devices.gpus), *self._vanished])
+            self._refresh()
+
+    def set_discovery_error(self, error: str) -> None:
+        with self._lock:
+            self._discovery = None
+            self._error = error
+            self._ready = True
+            self._refresh()
+
+    def set_holders(self, holders: tuple[ExternalHolder, ...]) -> None:
+        with self._lock:
+            if holders != self._holders:
+                self._holders = holders
+                self._refresh()
+
+    def set_usage(self, usage: tuple[GPUUsage, ...]) -> None:
+        with self._lock:
+            self._usage = usage
+
+    def record_xid(self, uuid: str, xid: int, *, now: float) -> None:
+        self._metrics.xid_events.labels(uuid, str(xid)).inc()
+        with self._lock:
+            if self._health.is_application_xid(xid):
+                log.info("GPU %s: application Xid %d, health unchanged", uuid, xid)
+                return
+            self._apply([self._health.on_xid(uuid, xid, now=now)])
+
+    def record_checks(self, results: Iterable[tuple[str, str]], *, now: float) -> None:
+        """Periodic check results as (uuid, error); an empty error is a pass."""
+        with self._lock:
+            self._apply([self._health.on_check(uuid, ok=not err, now=now, reason=err) for uuid, err in results])
+
+    def _apply(self, transitions: Iterable[Transition | None]) -> None:
+        """Logs, counts and publishes health transitions (lock held)."""
+        changed = False
+        for t in transitions:
+            if t is None:
+                continue
+            changed = True
+            to = "healthy" if t.healthy else "unhealthy"
+            log.warning("GPU %s is now %s: %s", t.uuid, to, t.reason)
+            self._metrics.health_transitions.labels(t.uuid, to, t.reason.split(":")[0]).inc()
+        if changed:
+            self._refresh()
+
+    def _refresh(self) -> None:
+        if self._discovery is None:
+            devices = NodeDevices(node_name=self.node_name, discovery_error=self._error, external_holders=self._holders)
+        else:
+            found = self._discovery.devices
+            gpus = []
+            for g in found.gpus:
+                state = self._health.state(g.uuid)
+                gpus.append(g if state.healthy else replace(g, healthy=False, health_reason=state.reason))
+            for g in self._vanished.values():
+                state = self._health.state(g.uuid)
+                gpus.append(g if state.healthy else replace(g, health_reason=state.reason))
+            gpus.sort(key=lambda g: g.index)
+            devices = replace(found, gpus=tuple(gpus), external_holders=self._holders)
+        if devices == self._devices:
+            return
+        self._devices = devices
+        self._metrics.observe_devices(devices)
+        for listener in list(self._listeners):
+            try:
+                listener(devices)
+            except Exception:
+                log.exception("device change listener failed")

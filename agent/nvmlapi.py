@@ -1,0 +1,86 @@
+"""The slice of the pynvml API the agent calls, as a Protocol.
+
+The agent never imports NVML functions directly: it is handed an object with
+these names, the real `pynvml` module in production or `agent.fakenvml.FakeNVML`
+under test and with `--fake-nvml`. Errors are always the real `pynvml.NVMLError_*`
+classes (importing pynvml does not load the driver library), so `except`
+clauses read the same against both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import pynvml
+
+NVMLError: type[Exception] = pynvml.NVMLError
+NVMLError_NotSupported: type[Exception] = pynvml.NVMLError_NotSupported
+NVMLError_GpuIsLost: type[Exception] = pynvml.NVMLError_GpuIsLost
+NVMLError_Uninitialized: type[Exception] = pynvml.NVMLError_Uninitialized
+NVMLError_LibraryNotFound: type[Exception] = pynvml.NVMLError_LibraryNotFound
+NVMLError_Timeout: type[Exception] = pynvml.NVMLError_Timeout
+NVMLError_InvalidArgument: type[Exception] = pynvml.NVMLError_InvalidArgument
+NVMLError_NotFound: type[Exception] = pynvml.NVMLError_NotFound
+NVMLError_Unknown: type[Exception] = pynvml.NVMLError_Unknown
+
+NVML_FEATURE_ENABLED: int = pynvml.NVML_FEATURE_ENABLED
+NVML_DEVICE_MIG_ENABLE: int = pynvml.NVML_DEVICE_MIG_ENABLE
+NVML_NVLINK_MAX_LINKS: int = pynvml.NVML_NVLINK_MAX_LINKS
+XID_CRITICAL_ERROR_EVENT: int = pynvml.nvmlEventTypeXidCriticalError
+
+#: Errors that mean the GPU itself is gone or broken, not that a call is unsupported.
+GPU_GONE_ERRORS: tuple[type[Exception], ...] = (
+    pynvml.NVMLError_GpuIsLost,
+    pynvml.NVMLError_Unknown,
+    pynvml.NVMLError_ResetRequired,
+)
+
+
+class NVML(Protocol):
+    """The pynvml functions the agent uses; the real module satisfies it by name."""
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlSystemGetDriverVersion(self) -> str: ...
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int: ...
+    def nvmlDeviceGetCount(self) -> int: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Any: ...
+    def nvmlDeviceGetUUID(self, handle: Any) -> str: ...
+    def nvmlDeviceGetMinorNumber(self, handle: Any) -> int: ...
+    def nvmlDeviceGetName(self, handle: Any) -> str: ...
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetPciInfo_v3(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int: ...
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, link: int) -> Any: ...
+    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]: ...
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int: ...
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any: ...
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int: ...
+    def nvmlDeviceGetComputeInstanceId(self, handle: Any) -> int: ...
+    def nvmlDeviceGetAttributes(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]: ...
+    def nvmlEventSetCreate(self) -> Any: ...
+    def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any) -> None: ...
+    def nvmlEventSetWait_v2(self, event_set: Any, timeoutms: int) -> Any: ...
+    def nvmlEventSetFree(self, event_set: Any) -> None: ...
+
+
+def text(value: str | bytes) -> str:
+    """NVML struct char arrays read back as bytes; functions return str."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def cuda_version_text(value: int) -> str:
+    """NVML's CUDA version integer (12040) in the dotted form ("12.4")."""
+    return f"{value // 1000}.{(value % 1000) // 10}"
+
+
+def error_text(err: BaseException) -> str:
+    """`NVMLError_GpuIsLost: GPU is lost`, robust to codes pynvml cannot name without the library."""
+    try:
+        detail = str(err)
+    except Exception:  # pynvml's __str__ may call into the missing library
+        detail = repr(err)
+    return f"{type(err).__name__}: {detail}"

@@ -1,0 +1,185 @@
+"""The GPU hook's decision for each isolation backend, and its refusals."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from agent.discovery import discover
+from agent.hook import NO_ANSWER, HookRequest, HookSettings, decide
+from agent.isolation import Isolation, IsolationPaths
+from agent.pcitopology import InventoryTopology
+from apis import names
+from apis.allocation import Allocation, GPUShare, encode_allocation
+from apis.devices import ExternalHolder, NodeDevices
+from apis.signing import allocation_annotations
+from tests.agent.helpers import A100_MIG, T4, started_fake
+
+KEY = b"cluster-key-for-tests"
+NODE = "gpu-node-1"
+POD_UID = "6f1c2d3e-4a5b-4c6d-8e7f-8091a2b3c4d5"
+GiB = 2**30
+
+
+def _devices(path: str = T4) -> NodeDevices:
+    nvml, inventory = started_fake(path)
+    return discover(nvml, node_name=NODE, topology=InventoryTopology(inventory)).devices
+
+
+def _share(devices: NodeDevices, index: int, *, core: int = 50, memory: int = 4 * GiB, ratio: int = 25) -> GPUShare:
+    gpu = devices.gpus[index]
+    return GPUShare(minor=gpu.minor, uuid=gpu.uuid, core_percent=core, memory_bytes=memory, memory_ratio_percent=ratio)
+
+
+def _request(annotations: dict[str, str], *, uid: str = POD_UID) -> HookRequest:
+    return HookRequest(pod_uid=uid, pod_namespace="ml", pod_name="trainer-0", container_name="main", annotations=annotations)
+
+
+def _signed(*shares: GPUShare, node: str = NODE, uid: str = POD_UID) -> dict[str, str]:
+    return allocation_annotations(KEY, pod_uid=uid, node_name=node, allocation=Allocation(gpus=shares))
+
+
+def _settings(isolation: Isolation) -> HookSettings:
+    return HookSettings(node_name=NODE, key=KEY, isolation=isolation, paths=IsolationPaths())
+
+
+def test_a_pod_without_an_allocation_gets_no_answer() -> None:
+    assert decide(_request({"other": "x"}), devices=_devices(), settings=_settings(Isolation.HAMI_CORE)) == NO_ANSWER
+
+
+def test_hami_core_limits_memory_and_sm_per_gpu_and_mounts_the_library() -> None:
+    devices = _devices()
+    annotations = _signed(_share(devices, 1, core=30, memory=3 * GiB), _share(devices, 0, core=50, memory=5 * GiB))
+    decision = decide(_request(annotations), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    assert decision.edits is not None and not decision.rejection
+    env = dict(decision.edits.envs)
+    # GPUs are listed in PCI bus order, which is CUDA's order under CUDA_DEVICE_ORDER=PCI_BUS_ID.
+    assert env[names.NVIDIA_VISIBLE_DEVICES] == f"{devices.gpus[0].uuid},{devices.gpus[1].uuid}"
+    assert env[names.CUDA_DEVICE_ORDER] == "PCI_BUS_ID"
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "5120m"
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_1"] == "3072m"
+    assert (env["CUDA_DEVICE_SM_LIMIT_0"], env["CUDA_DEVICE_SM_LIMIT_1"], env["CUDA_DEVICE_SM_LIMIT"]) == ("50", "30", "30")
+    assert env[names.HAMI_SHARED_CACHE] == "/usr/local/vgpu/cache/vgpu.cache"
+    assert env[names.FGPU_MEMORY_BYTES] == f"{5 * GiB},{3 * GiB}"
+    assert env[names.FGPU_CORE_PERCENT] == "50,30"
+    assert env[names.FGPU_ISOLATION] == "hami-core"
+    mounts = {m.container_path: m for m in decision.edits.mounts}
+    assert mounts["/usr/local/vgpu/libvgpu.so"].host_path == "/usr/local/vgpu/libvgpu.so"
+    assert mounts["/etc/ld.so.preload"].readonly
+    cache = mounts["/usr/local/vgpu/cache"]
+    assert cache.host_path == f"/var/lib/fgpu/hami-cache/{POD_UID}_main" and not cache.readonly
+    assert cache.host_path in decision.edits.host_dirs
+
+
+def test_mps_sets_the_pipe_directory_pinned_memory_and_thread_percentage() -> None:
+    devices = _devices()
+    annotations = _signed(_share(devices, 2, core=40, memory=2 * GiB), _share(devices, 3, core=60, memory=GiB))
+    decision = decide(_request(annotations), devices=devices, settings=_settings(Isolation.MPS))
+    assert decision.edits is not None
+    env = dict(decision.edits.envs)
+    assert env[names.MPS_PIPE_DIRECTORY] == "/run/nvidia/mps"
+    assert env[names.MPS_PINNED_MEM_LIMIT] == "0=2048M,1=1024M"
+    assert env[names.MPS_ACTIVE_THREAD_PERCENTAGE] == "40"
+    assert [m.host_path for m in decision.edits.mounts] == ["/run/nvidia/mps"]
+    assert not any(k.startswith("CUDA_DEVICE_MEMORY_LIMIT") for k in env)
+
+
+def test_none_gives_visibility_and_informative_variables_only() -> None:
+    devices = _devices()
+    decision = decide(_request(_signed(_share(devices, 0))), devices=devices, settings=_settings(Isolation.NONE))
+    assert decision.edits is not None
+    assert [k for k, _ in decision.edits.envs] == [
+        names.NVIDIA_VISIBLE_DEVICES,
+        names.CUDA_DEVICE_ORDER,
+        names.FGPU_GPU_UUIDS,
+        names.FGPU_MEMORY_BYTES,
+        names.FGPU_CORE_PERCENT,
+        names.FGPU_ISOLATION,
+    ]
+    assert decision.edits.mounts == ()
+
+
+def test_whole_gpus_need_no_software_limits_under_any_backend() -> None:
+    devices = _devices()
+    whole = _share(devices, 0, core=100, memory=devices.gpus[0].memory_bytes, ratio=100)
+    decision = decide(_request(_signed(whole)), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    assert decision.edits is not None and decision.edits.mounts == ()
+    assert dict(decision.edits.envs)[names.FGPU_ISOLATION] == "none"
+
+
+def test_a_mig_share_is_made_visible_by_its_mig_uuid() -> None:
+    devices = _devices(A100_MIG)
+    gpu = devices.gpus[1]
+    share = GPUShare(
+        minor=gpu.minor, uuid=gpu.uuid, core_percent=100, memory_bytes=gpu.mig_instances[1].memory_bytes,
+        memory_ratio_percent=100, mig_uuid=gpu.mig_instances[1].uuid,
+    )
+    decision = decide(_request(_signed(share)), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    assert decision.edits is not None
+    assert dict(decision.edits.envs)[names.NVIDIA_VISIBLE_DEVICES] == gpu.mig_instances[1].uuid
+    assert decision.edits.mounts == ()  # the hardware enforces the split
+
+
+def test_an_unsigned_allocation_is_refused() -> None:
+    devices = _devices()
+    annotations = {names.DEVICE_ALLOCATED: encode_allocation(Allocation(gpus=(_share(devices, 0),)))}
+    decision = decide(_request(annotations), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    assert decision.edits is None
+    assert "not signed" in decision.rejection and POD_UID in decision.rejection
+
+
+def test_a_tampered_allocation_is_refused() -> None:
+    devices = _devices()
+    annotations = _signed(_share(devices, 0, core=10))
+    annotations[names.DEVICE_ALLOCATED] = encode_allocation(Allocation(gpus=(_share(devices, 0, core=100),)))
+    decision = decide(_request(annotations), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    assert decision.edits is None and "does not match" in decision.rejection
+
+
+def test_an_allocation_for_another_node_is_refused() -> None:
+    devices = _devices()
+    decision = decide(
+        _request(_signed(_share(devices, 0), node="gpu-node-2")), devices=devices, settings=_settings(Isolation.NONE)
+    )
+    assert decision.edits is None and "gpu-node-2" in decision.rejection and "not this node" in decision.rejection
+
+
+def test_an_allocation_copied_from_another_pod_is_refused() -> None:
+    devices = _devices()
+    stolen = _signed(_share(devices, 0), uid="00000000-1111-4222-8333-444455556666")
+    decision = decide(_request(stolen), devices=devices, settings=_settings(Isolation.NONE))
+    assert decision.edits is None and "does not match" in decision.rejection
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: replace(d, gpus=(replace(d.gpus[0], healthy=False, health_reason="Xid48"), *d.gpus[1:])), "unhealthy (Xid48)"),
+        (lambda d: replace(d, gpus=d.gpus[1:]), "is not on this node"),
+        (lambda d: replace(d, discovery_error="NVMLError_DriverNotLoaded"), "cannot use its GPUs"),
+        (
+            lambda d: replace(d, external_holders=(ExternalHolder(gpu_uuid=d.gpus[0].uuid, pod_uid="other", resource_name="nvidia.com/gpu"),)),
+            "held by pod other through nvidia.com/gpu",
+        ),
+    ],
+)
+def test_an_allocation_that_does_not_fit_the_node_as_it_is_now_is_refused(mutate: object, message: str) -> None:
+    devices = _devices()
+    annotations = _signed(_share(devices, 0))
+    decision = decide(_request(annotations), devices=mutate(devices), settings=_settings(Isolation.HAMI_CORE))  # type: ignore[operator]
+    assert decision.edits is None
+    assert message in decision.rejection
+
+
+def test_more_than_a_gpu_has_is_refused() -> None:
+    devices = _devices()
+    annotations = _signed(_share(devices, 0, memory=devices.gpus[0].memory_bytes + GiB))
+    decision = decide(_request(annotations), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    assert decision.edits is None and "more than the GPU's" in decision.rejection
+
+
+def test_a_share_of_a_whole_gpu_in_mig_mode_is_refused() -> None:
+    devices = _devices(A100_MIG)
+    decision = decide(_request(_signed(_share(devices, 0))), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    assert decision.edits is None and "MIG mode" in decision.rejection
