@@ -1,0 +1,252 @@
+"""`fgpuctl inspect`: per node and GPU, model, health, allocated/total core and memory, and the pods.
+
+The same idea as `kubectl inspect gpushare`. Two sources give the same answer:
+
+    fgpuctl inspect [--kubeconfig FILE]     # Devices + pod annotations from the API, rebuilt here
+    fgpuctl inspect --scheduler ADDRESS     # the running scheduler's own view (GetNodeState)
+
+`-o json` prints one JSON document (the shape of `report_json`'s docstring).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from apis import grpc_server
+from apis.fgpu.v1 import device_pb2, scheduler_pb2, scheduler_pb2_grpc
+from scheduler_plugin.core.api import NodeView
+
+
+@dataclass(frozen=True)
+class PodShare:
+    namespace: str
+    name: str
+    uid: str
+    core_percent: int
+    memory_bytes: int
+    assumed: bool
+
+
+@dataclass(frozen=True)
+class GPURow:
+    index: int
+    minor: int
+    uuid: str
+    model: str
+    healthy: bool
+    health_reason: str
+    memory_bytes: int
+    allocated_core_percent: int
+    allocated_memory_bytes: int
+    held_externally: bool
+    pods: tuple[PodShare, ...]
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    name: str
+    driver_version: str
+    discovery_error: str
+    gpus: tuple[GPURow, ...]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--kubeconfig", metavar="FILE", default="", help="read Devices and pods from this cluster")
+    source.add_argument("--scheduler", metavar="ADDRESS", help="ask a running fgpu-scheduler (unix:///path.sock or HOST:PORT)")
+    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    parser.add_argument("nodes", nargs="*", help="only these nodes")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        rows = from_scheduler(args.scheduler, args.nodes) if args.scheduler else from_api(args.kubeconfig, args.nodes)
+    except grpc.RpcError as exc:
+        print(f"fgpuctl inspect: --scheduler={args.scheduler}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # reported to the operator as one line, not a traceback
+        print(f"fgpuctl inspect: {exc}", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        print(json.dumps(report_json(rows), indent=2, sort_keys=True))
+    else:
+        print(table(rows), end="")
+    return 0
+
+
+def from_scheduler(address: str, nodes: Sequence[str]) -> list[NodeRow]:
+    channel = grpc_server.insecure_channel(address, field="--scheduler")
+    try:
+        stub = scheduler_pb2_grpc.SchedulerStub(channel)  # type: ignore[no-untyped-call]
+        response = stub.GetNodeState(scheduler_pb2.GetNodeStateRequest(node_names=list(nodes)), timeout=30)
+    finally:
+        channel.close()
+    return [
+        NodeRow(
+            name=n.node_name,
+            driver_version=n.driver_version,
+            discovery_error=n.discovery_error,
+            gpus=tuple(
+                GPURow(
+                    index=g.device.index,
+                    minor=g.device.minor,
+                    uuid=g.device.uuid,
+                    model=g.device.model_label or g.device.model,
+                    healthy=g.device.health == device_pb2.HEALTHY,
+                    health_reason=g.device.health_reason,
+                    memory_bytes=g.device.memory_bytes,
+                    allocated_core_percent=g.allocated_core_percent,
+                    allocated_memory_bytes=g.allocated_memory_bytes,
+                    held_externally=g.held_externally,
+                    pods=tuple(PodShare(p.namespace, p.name, p.uid, p.core_percent, p.memory_bytes, p.assumed) for p in g.pods),
+                )
+                for g in n.gpus
+            ),
+        )
+        for n in response.nodes
+    ]
+
+
+def from_api(kubeconfig: str, nodes: Sequence[str]) -> list[NodeRow]:
+    from scheduler_plugin.backend_kubernetes import KubernetesBackend
+    from scheduler_plugin.core.scheduler import Scheduler
+    from scheduler_plugin.kube import Kube
+    from scheduler_plugin.scheduling import SchedulingService
+
+    kube = Kube.connect(kubeconfig=kubeconfig)
+    try:
+        backend = KubernetesBackend(kube)
+        service = SchedulingService(core_factory=Scheduler, backend=backend, signing_key=None)
+        service.load(backend.snapshot())
+        return [_row(v) for v in service.node_views(list(nodes) or None)]
+    finally:
+        kube.close()
+
+
+def _row(view: NodeView) -> NodeRow:
+    return NodeRow(
+        name=view.name,
+        driver_version=view.driver_version,
+        discovery_error=view.discovery_error,
+        gpus=tuple(
+            GPURow(
+                index=g.device.index,
+                minor=g.device.minor,
+                uuid=g.device.uuid,
+                model=g.device.model_label or g.device.model,
+                healthy=g.device.healthy,
+                health_reason=g.device.health_reason,
+                memory_bytes=g.device.memory_bytes,
+                allocated_core_percent=g.allocated_core_percent,
+                allocated_memory_bytes=g.allocated_memory_bytes,
+                held_externally=g.held_externally,
+                pods=tuple(PodShare(p.namespace, p.name, p.uid, p.core_percent, p.memory_bytes, p.assumed) for p in g.pods),
+            )
+            for g in view.gpus
+        ),
+    )
+
+
+def report_json(rows: Sequence[NodeRow]) -> dict[str, Any]:
+    """{"nodes": [{"name", "driverVersion", "discoveryError", "gpus": [{"index", "minor", "uuid", "model",
+    "healthy", "healthReason", "core": {"allocated", "total"}, "memory": {"allocatedBytes", "totalBytes"},
+    "heldExternally", "pods": [{"namespace", "name", "uid", "corePercent", "memoryBytes", "assumed"}]}]}],
+    "total": {"core": {"allocated", "total"}, "memory": {"allocatedBytes", "totalBytes"}}}"""
+    nodes = []
+    core_alloc = core_total = mem_alloc = mem_total = 0
+    for node in sorted(rows, key=lambda r: r.name):
+        gpus = []
+        for g in sorted(node.gpus, key=lambda g: g.index):
+            total_core = 100 if g.healthy else 0
+            core_alloc += g.allocated_core_percent
+            core_total += total_core
+            mem_alloc += g.allocated_memory_bytes
+            mem_total += g.memory_bytes if g.healthy else 0
+            gpus.append(
+                {
+                    "index": g.index,
+                    "minor": g.minor,
+                    "uuid": g.uuid,
+                    "model": g.model,
+                    "healthy": g.healthy,
+                    "healthReason": g.health_reason,
+                    "core": {"allocated": g.allocated_core_percent, "total": 100},
+                    "memory": {"allocatedBytes": g.allocated_memory_bytes, "totalBytes": g.memory_bytes},
+                    "heldExternally": g.held_externally,
+                    "pods": [
+                        {
+                            "namespace": p.namespace,
+                            "name": p.name,
+                            "uid": p.uid,
+                            "corePercent": p.core_percent,
+                            "memoryBytes": p.memory_bytes,
+                            "assumed": p.assumed,
+                        }
+                        for p in sorted(g.pods, key=lambda p: (p.namespace, p.name))
+                    ],
+                }
+            )
+        nodes.append(
+            {"name": node.name, "driverVersion": node.driver_version, "discoveryError": node.discovery_error, "gpus": gpus}
+        )
+    return {
+        "nodes": nodes,
+        "total": {
+            "core": {"allocated": core_alloc, "total": core_total},
+            "memory": {"allocatedBytes": mem_alloc, "totalBytes": mem_total},
+        },
+    }
+
+
+def table(rows: Sequence[NodeRow]) -> str:
+    report = report_json(rows)
+    header = ("NODE", "GPU", "MODEL", "HEALTH", "CORE(alloc/total)", "MEMORY(alloc/total)", "PODS")
+    lines: list[tuple[str, ...]] = [header]
+    for node in report["nodes"]:
+        if not node["gpus"]:
+            lines.append((node["name"], "-", "-", node["discoveryError"] or "no GPUs", "-", "-", ""))
+        for g in node["gpus"]:
+            health = "healthy" if g["healthy"] else f"unhealthy({g['healthReason'] or '?'})"
+            if g["heldExternally"]:
+                health += ",external"
+            pods = ", ".join(
+                f"{p['namespace']}/{p['name']}({p['corePercent']}%,{_gib(p['memoryBytes'])}{',assumed' if p['assumed'] else ''})"
+                for p in g["pods"]
+            )
+            lines.append(
+                (
+                    node["name"],
+                    str(g["index"]),
+                    g["model"],
+                    health,
+                    f"{g['core']['allocated']}/{g['core']['total']}",
+                    f"{_gib(g['memory']['allocatedBytes'])}/{_gib(g['memory']['totalBytes'])}",
+                    pods,
+                )
+            )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    out = ["  ".join([*(cell.ljust(w) for cell, w in zip(line[:-1], widths, strict=True)), line[-1]]).rstrip() for line in lines]
+    total = report["total"]
+    out.append("")
+    out.append(
+        f"Allocated/Total GPU core in cluster: {total['core']['allocated']}/{total['core']['total']} "
+        f"({_percent(total['core']['allocated'], total['core']['total'])}), memory: "
+        f"{_gib(total['memory']['allocatedBytes'])}/{_gib(total['memory']['totalBytes'])} "
+        f"({_percent(total['memory']['allocatedBytes'], total['memory']['totalBytes'])})"
+    )
+    return "\n".join(out) + "\n"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:.1f}Gi"
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part // whole}%" if whole else "0%"

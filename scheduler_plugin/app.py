@@ -1,0 +1,215 @@
+"""Wiring: one running fgpu-scheduler, built from a `SchedulerConfig`.
+
+Start order matters: the state is loaded from the backend before any server
+accepts a request, so no decision is ever made on a partial picture. With
+standalone mode and leader election, every instance keeps its state and its
+pending queue current; only the leader pops the queue, and on becoming
+leader it first rebuilds its state from a fresh listing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client import start_http_server
+
+from apis.signing import load_key
+from apis.translation import RulesWatcher, TranslationRules
+from scheduler_plugin.backend import Backend
+from scheduler_plugin.backend_embedded import EmbeddedBackend
+from scheduler_plugin.backend_kubernetes import KubernetesBackend
+from scheduler_plugin.config import SchedulerConfig, StateBackend
+from scheduler_plugin.core.api import Clock, Core
+from scheduler_plugin.events import EventRecorder
+from scheduler_plugin.extender import ExtenderServer
+from scheduler_plugin.grpc_service import GrpcServer
+from scheduler_plugin.kube import Kube
+from scheduler_plugin.leader import LeaderElector
+from scheduler_plugin.metrics import Metrics
+from scheduler_plugin.scheduling import SchedulingService
+from scheduler_plugin.standalone import PendingQueue, StandaloneLoop
+
+log = logging.getLogger(__name__)
+
+CoreFactory = Callable[[], Core]
+
+
+def default_core_factory(config: SchedulerConfig, *, clock: Clock = time.monotonic) -> CoreFactory:
+    from scheduler_plugin.core.scheduler import Scheduler
+
+    def build() -> Core:
+        return Scheduler(
+            policy=config.policy,
+            gpu_policy=config.gpu_policy or None,
+            assume_ttl_s=config.assume_ttl_s,
+            clock=clock,
+        )
+
+    return build
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Periods of the background loops (tests shorten them)."""
+
+    watch_timeout_s: int = 60
+    tick_s: float = 1.0
+    #: allocation gauges are rebuilt from every node's view: not every tick
+    gauges_every_ticks: int = 10
+    standalone_idle_s: float = 0.2
+
+
+class SchedulerApp:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        *,
+        core_factory: CoreFactory | None = None,
+        identity: str | None = None,
+        clock: Clock = time.monotonic,
+        timing: Timing = Timing(),
+    ) -> None:
+        self.config = config
+        self.identity = identity or f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        self._clock = clock
+        self._timing = timing
+        self._core_factory = core_factory or default_core_factory(config, clock=clock)
+        self.kube: Kube | None = None
+        self.backend: Backend | None = None
+        self.service: SchedulingService | None = None
+        self.grpc: GrpcServer | None = None
+        self.extender: ExtenderServer | None = None
+        self.elector: LeaderElector | None = None
+        self.loop: StandaloneLoop | None = None
+        self.queue: PendingQueue | None = None
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        self._fresh = True
+
+    def is_leader(self) -> bool:
+        if self.elector is None:
+            return True
+        return self.elector.is_leader()
+
+    def start(self) -> None:
+        config = self.config
+        key = load_key(config.signing_key)
+        rules = self._rules_source()
+        if config.state is StateBackend.EMBEDDED:
+            backend: Backend = EmbeddedBackend(path=config.db)
+        else:
+            self.kube = Kube.connect(kubeconfig=config.kubeconfig)
+            backend = KubernetesBackend(self.kube, watch_timeout_s=self._timing.watch_timeout_s)
+        self.backend = backend
+        metrics = Metrics()
+        recorder = EventRecorder(sink=backend.post_event, clock=self._clock, instance=self.identity)
+        # Election whenever instances share a cluster: in extender mode too, two
+        # replicas reserving independently could hand out one GPU twice.
+        elect = config.leader_election.enabled and self.kube is not None
+        service = SchedulingService(
+            core_factory=self._core_factory,
+            backend=backend,
+            signing_key=key,
+            rules=rules,
+            metrics=metrics,
+            recorder=recorder,
+            is_leader=self.is_leader,
+        )
+        self.service = service
+        if config.standalone:
+            self.queue = PendingQueue(clock=self._clock)
+            service.pending = self.queue
+        backend.start(service)  # blocks until the state is loaded
+
+        if config.grpc_listen:
+            self.grpc = GrpcServer(service, address=config.grpc_listen)
+            self.grpc.start()
+        if config.extender_listen:
+            self.extender = ExtenderServer(service, address=config.extender_listen)
+            self.extender.start()
+        if config.metrics_listen:
+            host, _, port = config.metrics_listen.rpartition(":")
+            start_http_server(int(port), addr=host or "0.0.0.0", registry=metrics.registry)
+        if elect and self.kube is not None:
+            le = config.leader_election
+            self.elector = LeaderElector(
+                kube=self.kube,
+                namespace=le.namespace,
+                name=le.lease_name,
+                identity=self.identity,
+                lease_duration_s=le.lease_duration_s,
+                renew_deadline_s=le.renew_deadline_s,
+                retry_period_s=le.retry_period_s,
+                on_started_leading=self._on_started_leading,
+                on_stopped_leading=lambda: metrics.leader.set(0),
+                clock=self._clock,
+            )
+            self.elector.start()  # the first attempt runs now: a lone instance leads on return
+        else:
+            metrics.leader.set(1)
+        if config.standalone and self.queue is not None:
+            self.loop = StandaloneLoop(
+                service=service, queue=self.queue, is_leader=self.is_leader, idle_wait_s=self._timing.standalone_idle_s
+            )
+            self.loop.start()
+        self._ticker = threading.Thread(target=self._tick_loop, name="fgpu-scheduler-tick", daemon=True)
+        self._ticker.start()
+        log.info("fgpu-scheduler %s started (state=%s, standalone=%s)", self.identity, config.state.value, config.standalone)
+
+    def interrupt_start(self) -> None:
+        """Makes a `start()` that is still waiting for the API give up (SIGTERM during start)."""
+        # Only events are set here: this runs in a signal handler, where taking a lock could deadlock.
+        self._stop.set()
+        if isinstance(self.backend, KubernetesBackend):
+            self.backend.interrupt()
+
+    def stop(self, grace: float | None = 5.0, *, release_lease: bool = True) -> None:
+        """Stops everything; `release_lease=False` leaves the lease to expire (what a crash looks like)."""
+        self._stop.set()
+        if self.loop is not None:
+            self.loop.stop()
+        if self.elector is not None:
+            self.elector.stop(release=release_lease)
+        if self.extender is not None:
+            self.extender.stop(grace)
+        if self.grpc is not None:
+            self.grpc.stop(grace)
+        if self.backend is not None:
+            self.backend.stop()
+        if self._ticker is not None:
+            self._ticker.join(grace)
+        if self.kube is not None:
+            self.kube.close()
+
+    def _on_started_leading(self) -> None:
+        assert self.service is not None and self.backend is not None
+        self.service.metrics.leader.set(1)
+        if self._fresh:
+            self._fresh = False  # the state was loaded a moment ago, in start()
+            return
+        # Whatever the informers missed, a new leader decides on a fresh listing.
+        self.service.resync(self.backend)
+
+    def _rules_source(self) -> Callable[[], TranslationRules | None]:
+        if not self.config.translation_rules:
+            return lambda: None
+        watcher = RulesWatcher(self.config.translation_rules)
+        return watcher.current
+
+    def _tick_loop(self) -> None:
+        ticks = 0
+        while not self._stop.wait(self._timing.tick_s):
+            if self.service is None:
+                continue
+            try:
+                self.service.tick(refresh_gauges=ticks % self._timing.gauges_every_ticks == 0)
+            except Exception:
+                log.exception("housekeeping tick failed")
+            ticks += 1

@@ -1,0 +1,96 @@
+"""What one pod needs, normalised once per decision so filter, score and GPU choice agree.
+
+A `Demand` is built from a `PodRequest` by the core and handed to policies. It
+answers the one question whose answer depends on the GPU: how much memory a
+card takes when the pod gave a ratio ("50% of whatever GPU it lands on").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler_plugin.core.api import PodRequest
+
+#: Percent values of one GPU: 100 is the whole card.
+FULL_PERCENT = 100
+
+
+@dataclass(frozen=True)
+class Demand:
+    """A pod's need in the core's units.
+
+    `gpus` is 0 for a pod without GPUs. For a share (`whole` False) every card
+    needs `core_percent` free compute and its memory free on a distinct GPU;
+    for `whole` every card must be entirely free.
+    """
+
+    gpus: int
+    core_percent: int
+    #: per card, when the pod gave bytes
+    memory_bytes: int | None
+    #: per card, when the pod gave a ratio of the GPU's memory
+    memory_ratio_percent: int | None
+    whole: bool
+    cpu_milli: int = 0
+    host_memory_bytes: int = 0
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.gpus > 0
+
+    @property
+    def is_share(self) -> bool:
+        """A fractional request: part of each card (the case policies choose GPUs for)."""
+        return self.gpus > 0 and not self.whole
+
+    def memory_need(self, memory_total: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Bytes one card takes on GPUs of the given sizes (any array shape)."""
+        if self.whole:
+            return memory_total
+        if self.memory_bytes is not None:
+            return np.full_like(memory_total, self.memory_bytes)
+        if self.memory_ratio_percent is not None:
+            # Rounded down as DeviceRequest.memory_bytes_on does, so shares whose
+            # ratios sum to 100 always fit together.
+            return (memory_total * self.memory_ratio_percent) // FULL_PERCENT
+        return np.zeros_like(memory_total)
+
+    def memory_need_on(self, memory_total: int) -> int:
+        """`memory_need` for a single GPU."""
+        if self.whole:
+            return memory_total
+        if self.memory_bytes is not None:
+            return self.memory_bytes
+        if self.memory_ratio_percent is not None:
+            return (memory_total * self.memory_ratio_percent) // FULL_PERCENT
+        return 0
+
+    def core_need(self) -> int:
+        return FULL_PERCENT if self.whole else self.core_percent
+
+
+def demand_of(pod: PodRequest) -> Demand:
+    """The Demand of a parsed pod."""
+    device = pod.device
+    if device is None:
+        return Demand(
+            gpus=0,
+            core_percent=0,
+            memory_bytes=None,
+            memory_ratio_percent=None,
+            whole=False,
+            cpu_milli=pod.cpu_milli,
+            host_memory_bytes=pod.memory_bytes,
+        )
+    return Demand(
+        gpus=device.gpus,
+        core_percent=FULL_PERCENT if device.whole else device.core_percent,
+        memory_bytes=None if device.whole else device.memory_bytes,
+        memory_ratio_percent=FULL_PERCENT if device.whole else device.memory_ratio_percent,
+        whole=device.whole,
+        cpu_milli=pod.cpu_milli,
+        host_memory_bytes=pod.memory_bytes,
+    )

@@ -1,0 +1,166 @@
+"""Which nodes can take a pod, decided for all candidate nodes at once.
+
+Every check is an array operation over the candidates' rows of `ClusterState`;
+nothing here loops over nodes in Python. Why a node failed is worked out
+afterwards, only for the nodes whose reasons are asked for (`reasons.py`).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler_plugin.core.api import PodRequest
+from scheduler_plugin.core.cluster import ClusterState
+from scheduler_plugin.core.demand import FULL_PERCENT, Demand
+from scheduler_plugin.core.labels import LabelIndex
+
+BoolArray = npt.NDArray[np.bool_]
+SlotArray = npt.NDArray[np.intp]
+
+#: Topology scopes a multi-GPU pod may require, and the group array each one uses.
+SCOPE_GROUPS = {"nvlink": "nvlink_group", "pcie": "pcie_group", "numa": "numa_group"}
+#: Every valid value of PodRequest.topology_scope ("" and "node" constrain nothing).
+SCOPES = ("", "node", *SCOPE_GROUPS)
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """A pod's constraints in array form, computed once per decision."""
+
+    demand: Demand
+    #: allowed[model_id]; one extra trailing False so model_id -1 (no GPU) indexes it
+    allowed_models: BoolArray
+    #: the job's model when the job already has one
+    job_model: str | None
+    pod: PodRequest
+
+    @property
+    def scope(self) -> str:
+        return self.pod.topology_scope
+
+
+def model_table(state: ClusterState, pod: PodRequest, job_model: str | None) -> BoolArray:
+    """allowed[model_id] for the pod's use/avoid lists and its job's model."""
+    table = np.zeros(len(state.models) + 1, dtype=np.bool_)
+    for index, model in enumerate(state.models):
+        table[index] = (
+            (not pod.model_use or model in pod.model_use)
+            and model not in pod.model_avoid
+            and (job_model is None or model == job_model)
+        )
+    return table
+
+
+@dataclass(frozen=True)
+class FitResult:
+    slots: SlotArray
+    feasible: BoolArray
+    #: fits[i, g]: GPU slot g of slots[i] can take one card (regular GPUs)
+    fits: npt.NDArray[np.bool_]
+    #: mig[i, g]: GPU slot g of slots[i] has a free MIG instance big enough (single-card shares only)
+    mig: npt.NDArray[np.bool_] | None
+
+
+def fit(
+    state: ClusterState,
+    labels: LabelIndex,
+    slots: SlotArray | None,
+    constraints: Constraints,
+) -> FitResult:
+    """Fit of the pod on `slots`, or on every row of the state when `slots` is None.
+
+    The whole-state form reads the arrays in place, which is several times faster
+    than gathering the rows of nearly every node first.
+    """
+    demand = constraints.demand
+    pod = constraints.pod
+    if slots is None:
+        rows = np.arange(state.capacity, dtype=np.intp)
+
+        def take(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            return array
+
+        feasible: BoolArray = state.active.copy()
+    else:
+        rows = slots
+
+        def take(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            return array[slots]
+
+        feasible = state.active[slots]
+    if pod.node_selector or pod.affinity_terms:
+        feasible &= labels.match(rows, selector=pod.node_selector, terms=pod.affinity_terms)
+    if demand.cpu_milli:
+        feasible &= (take(state.cpu_alloc) == 0) | (take(state.cpu_free) >= demand.cpu_milli)
+    if demand.host_memory_bytes:
+        feasible &= (take(state.host_mem_alloc) == 0) | (
+            take(state.host_mem_free) >= demand.host_memory_bytes
+        )
+    if not demand.wants_gpu:
+        return FitResult(rows, feasible, np.zeros((len(rows), state.max_gpus), dtype=np.bool_), None)
+
+    model_ok: BoolArray | None = None
+    if not constraints.allowed_models[:-1].all():
+        model_ok = constraints.allowed_models[take(state.model_id)]
+    if demand.whole:
+        fits = take(state.gpu_whole_free)
+        fits = fits & model_ok if model_ok is not None else fits.copy()
+    else:
+        eligible = take(state.gpu_usable)
+        if model_ok is not None:
+            eligible = eligible & model_ok
+        fits = eligible & (take(state.core_free) >= demand.core_percent)
+        fits &= _memory_fits(demand, take(state.mem_free), take(state.mem_total))
+    gpu_ok = np.count_nonzero(fits, axis=1) >= demand.gpus
+    mig = None
+    if demand.is_share and demand.gpus == 1 and state.mig_rows:
+        mig_free = take(state.mig_free_max)
+        mig = (mig_free > 0) & _memory_fits(demand, mig_free, take(state.mem_total))
+        if model_ok is not None:
+            mig &= model_ok
+        gpu_ok |= mig.any(axis=1)
+    if demand.gpus > 1 and constraints.scope in SCOPE_GROUPS:
+        gpu_ok &= largest_group_count(state, rows, fits, constraints.scope) >= demand.gpus
+    feasible &= gpu_ok
+    return FitResult(rows, feasible, fits, mig)
+
+
+def _memory_fits(demand: Demand, free: npt.NDArray[np.int64], total: npt.NDArray[np.int64]) -> BoolArray:
+    """free >= demand.memory_need(total), without dividing (a ratio share compares products)."""
+    ratio = demand.memory_ratio_percent
+    if demand.memory_bytes is None and ratio is not None:
+        # floor(total * ratio / 100) <= free  <=>  total * ratio <= 100 * free + 99
+        result: BoolArray = total * ratio <= free * FULL_PERCENT + (FULL_PERCENT - 1)
+        return result
+    result = free >= demand.memory_need(total)
+    return result
+
+
+def largest_group_count(
+    state: ClusterState, slots: SlotArray, fits: BoolArray, scope: str
+) -> npt.NDArray[np.int64]:
+    """Per node, the most fitting GPUs inside one group of the scope's kind."""
+    groups = getattr(state, SCOPE_GROUPS[scope])[slots]
+    width = state.max_gpus
+    same = (groups[:, :, None] == np.arange(width)) & fits[:, :, None]
+    counts: npt.NDArray[np.int64] = same.sum(axis=1).max(axis=1)
+    return counts
+
+
+def slots_for(state: ClusterState, names: Sequence[str]) -> SlotArray:
+    """Slots of the named nodes, -1 for names the state does not know."""
+    if not names:
+        return np.zeros(0, dtype=np.intp)
+    try:
+        # One C-level lookup for the whole list; only a list with an unknown name pays more.
+        found = operator.itemgetter(*names)(state.slot_of)
+    except KeyError:
+        slot_of = state.slot_of
+        return np.fromiter((slot_of.get(name, -1) for name in names), dtype=np.intp, count=len(names))
+    return np.array([found] if len(names) == 1 else found, dtype=np.intp)

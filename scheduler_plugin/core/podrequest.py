@@ -1,0 +1,191 @@
+"""A Pod (API dict or kubernetes V1Pod) turned into the `PodRequest` the core decides on.
+
+Parsing happens once, in the adapter, so the core never reads a manifest. Bad
+input raises `apis.request.RequestError` with one message per problem, each
+naming the field, the value and the fix.
+
+The job key groups pods that must share a GPU model: the `fgpu.io/job-key`
+annotation, else the pod-group label, else the pod's owning Job, JobSet or
+ReplicaSet (by uid). Keys are namespaced so equal names in two namespaces
+never meet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from apis import names
+from apis.devices import model_label
+from apis.pods import as_pod_dict
+from apis.request import RequestError, parse_pod, pod_cpu_memory
+from apis.translation import TranslationRules
+from scheduler_plugin.core.api import LabelRequirement, PodRequest, PodUID
+from scheduler_plugin.core.filtering import SCOPES
+from scheduler_plugin.core.labels import OPERATORS
+
+#: Owner kinds whose pods form one job.
+JOB_OWNER_KINDS = ("Job", "JobSet", "ReplicaSet")
+
+_AFFINITY_PATH = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def pod_request_from_pod(
+    pod: Mapping[str, Any] | Any, *, rules: TranslationRules | None = None
+) -> PodRequest:
+    """The core's view of `pod`. Raises RequestError when the pod is invalid."""
+    data = as_pod_dict(pod)
+    meta = _mapping(data.get("metadata"))
+    spec = _mapping(data.get("spec"))
+    annotations = _str_mapping(meta.get("annotations"))
+    labels = _str_mapping(meta.get("labels"))
+    namespace = str(meta.get("namespace") or "default")
+    name = str(meta.get("name") or meta.get("generateName") or "")
+    errors: list[str] = []
+
+    device = None
+    try:
+        device = parse_pod(data, rules=rules)
+    except RequestError as error:
+        errors.extend(error.errors)
+    cpu_milli, memory_bytes = 0, 0
+    try:
+        cpu_milli, memory_bytes = pod_cpu_memory(data)
+    except RequestError as error:
+        errors.extend(error.errors)
+
+    model_use = _models(annotations, names.GPU_MODEL_USE, errors)
+    model_avoid = _models(annotations, names.GPU_MODEL_AVOID, errors)
+    scope = annotations.get(names.GPU_TOPOLOGY_SCOPE, "").strip().lower()
+    if scope not in SCOPES:
+        errors.append(
+            f"annotation {names.GPU_TOPOLOGY_SCOPE}: {annotations[names.GPU_TOPOLOGY_SCOPE]!r} is not a "
+            f"topology scope; use one of {', '.join(s for s in SCOPES if s)}"
+        )
+    selector = spec.get("nodeSelector") or {}
+    if not isinstance(selector, Mapping):
+        errors.append(f"spec.nodeSelector: {selector!r} must be a map of label key to value")
+        selector = {}
+    terms = _affinity_terms(spec, errors)
+    if errors:
+        raise RequestError(errors)
+    uid = str(meta.get("uid") or f"{namespace}/{name}")
+    return PodRequest(
+        uid=PodUID(uid),
+        namespace=namespace,
+        name=name,
+        device=device,
+        cpu_milli=cpu_milli,
+        memory_bytes=memory_bytes,
+        model_use=model_use,
+        model_avoid=model_avoid,
+        topology_scope=scope,
+        job_key=job_key(meta, namespace=namespace, annotations=annotations, labels=labels),
+        node_selector={str(k): str(v) for k, v in selector.items()},
+        affinity_terms=terms,
+    )
+
+
+def job_key(
+    meta: Mapping[str, Any], *, namespace: str, annotations: Mapping[str, str], labels: Mapping[str, str]
+) -> str:
+    """The pod's job key, or "" when it belongs to no job."""
+    explicit = annotations.get(names.JOB_KEY, "").strip()
+    if explicit:
+        return f"{namespace}/{explicit}"
+    for label in (names.POD_GROUP_LABEL, names.POD_GROUP_LABEL_LEGACY):
+        group = labels.get(label, "").strip()
+        if group:
+            return f"{namespace}/pod-group/{group}"
+    owners = [o for o in meta.get("ownerReferences") or () if isinstance(o, Mapping)]
+    # The controlling owner first: it is the one that made the pod.
+    owners.sort(key=lambda o: not o.get("controller"))
+    for owner in owners:
+        if owner.get("kind") in JOB_OWNER_KINDS and owner.get("uid"):
+            return f"{owner['kind']}/{owner['uid']}"
+    return ""
+
+
+def _models(annotations: Mapping[str, str], key: str, errors: list[str]) -> frozenset[str]:
+    text = annotations.get(key, "")
+    models = set()
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        label = model_label(item)
+        if not label:
+            errors.append(
+                f"annotation {key}: {item.strip()!r} is not a GPU model; write models such as A100-SXM4-80GB,T4"
+            )
+            continue
+        models.add(label)
+    return frozenset(models)
+
+
+def _affinity_terms(spec: Mapping[str, Any], errors: list[str]) -> tuple[tuple[LabelRequirement, ...], ...]:
+    affinity = _mapping(_mapping(spec.get("affinity")).get("nodeAffinity"))
+    required = _mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    raw_terms = required.get("nodeSelectorTerms") or []
+    terms = []
+    for t, term in enumerate(raw_terms if isinstance(raw_terms, list) else []):
+        term_map = _mapping(term)
+        requirements = []
+        for field, entries in (
+            ("matchExpressions", term_map.get("matchExpressions")),
+            ("matchFields", term_map.get("matchFields")),
+        ):
+            for e, entry in enumerate(entries or []):
+                where = f"{_AFFINITY_PATH}.nodeSelectorTerms[{t}].{field}[{e}]"
+                requirement = _requirement(
+                    _mapping(entry), where=where, fields=field == "matchFields", errors=errors
+                )
+                if requirement is not None:
+                    requirements.append(requirement)
+        terms.append(tuple(requirements))
+    return tuple(terms)
+
+
+def _requirement(
+    entry: Mapping[str, Any], *, where: str, fields: bool, errors: list[str]
+) -> LabelRequirement | None:
+    key = str(entry.get("key") or "")
+    operator = str(entry.get("operator") or "")
+    values = tuple(str(v) for v in entry.get("values") or ())
+    if not key:
+        errors.append(f"{where}.key: missing; name the node label to match")
+        return None
+    if fields and key != names.NODE_NAME_FIELD:
+        errors.append(f"{where}.key: {key!r} is not a supported node field; only {names.NODE_NAME_FIELD} is")
+        return None
+    if operator not in OPERATORS:
+        errors.append(f"{where}.operator: {operator!r} is not one of {', '.join(OPERATORS)}")
+        return None
+    if operator in ("In", "NotIn") and not values:
+        errors.append(f"{where}.values: operator {operator} needs at least one value")
+    elif operator in ("Exists", "DoesNotExist") and values:
+        errors.append(f"{where}.values: operator {operator} takes no values, got {list(values)}")
+    elif operator in ("Gt", "Lt") and (len(values) != 1 or not _is_int(values[0])):
+        errors.append(
+            f"{where}.values: operator {operator} needs exactly one integer value, got {list(values)}"
+        )
+    else:
+        return LabelRequirement(key=key, operator=operator, values=values)
+    return None
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _str_mapping(value: object) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in value.items() if v is not None}

@@ -1,0 +1,140 @@
+"""The `fgpu` policy: FGD's fragmentation measure plus the GPU that CPU or memory shortage strands.
+
+FGD (see `policy_fgd.py`) counts a node's idle GPU as fragmented for a pod shape only once the
+node's CPU is *already* too short for that shape. Replaying the Alibaba trace shows where this
+loses: CPU-heavy pods (CPU-only pods, shares asking 12 cores for half a GPU) drain the CPU of
+GPU-dense nodes, so by the time the cluster saturates whole GPUs sit idle on nodes with no CPU
+left for any pod. fgpu looks ahead at that: the workload's GPU pods ask, on average, rho CPU milli
+(and mu bytes of memory) per milli-GPU, so a node with `idle` milli-GPU free can only ever use
+min(idle, cpu_free / rho, mem_free / mu) of it. The rest is stranded:
+
+    stranded = max(0, idle - cpu_free / rho, idle - mem_free / mu)
+
+fgpu scores a placement by the growth of FGD's fragmentation plus `strand_weight` times the
+growth of the stranded GPU, through FGD's integer sigmoid score and the core's fixed node-order
+tie-break (which packs). A CPU-heavy pod therefore goes to a CPU-rich node (or one whose GPUs are
+already taken), and a GPU-heavy pod to a GPU-dense one. The GPU of a share is chosen as in FGD
+(stranding is a node quantity: equal for every GPU of the node).
+
+rho comes from the target workload's GPU shapes and mu from `TargetWorkload.memory_per_gpu_milli`
+(the simulator measures both on the trace); without a target workload they are learnt from the
+pods the policy sees, re-estimated whenever the number of pods seen doubles (and every 4096 pods),
+so cached scores stay valid in between.
+
+Parameters: `strand_weight` (default 2), `cpu_per_gpu_milli` and `memory_per_gpu_milli` to pin
+the ratios (0 leaves that resource out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from scheduler_plugin.core.demand import Demand
+from scheduler_plugin.core.fragmentation import FloatArray, TargetWorkload
+from scheduler_plugin.core.policies import BoolMatrix, PolicyContext, SlotArray, register_policy
+from scheduler_plugin.core.policy_fgd import FGDPolicy, share_milli
+
+PARAMS = ("strand_weight", "cpu_per_gpu_milli", "memory_per_gpu_milli")
+DEFAULT_STRAND_WEIGHT = 2.0
+#: re-estimate learnt ratios at least this often (pods seen)
+_RELEARN_EVERY = 4096
+
+
+def _check_params(params: Mapping[str, float]) -> None:
+    unknown = sorted(set(params) - set(PARAMS))
+    if unknown:
+        raise ValueError(f"policy 'fgpu': unknown parameter(s) {', '.join(unknown)}; known: {', '.join(PARAMS)}")
+    for key, value in params.items():
+        if not float(value) >= 0:
+            raise ValueError(f"policy 'fgpu': {key}={value!r} must be a number >= 0")
+
+
+class ResourceRatios:
+    """CPU milli and memory bytes per milli-GPU of the GPU pods: pinned, or learnt from observed demands."""
+
+    def __init__(self, *, cpu: float | None, memory: float | None) -> None:
+        self.pinned_cpu = cpu
+        self.pinned_memory = memory
+        self.cpu = cpu or 0.0
+        self.memory = memory or 0.0
+        self._seen = 0
+        self._sum_cpu = 0.0
+        self._sum_memory = 0.0
+        self._sum_gpu = 0.0
+        self._next_update = 1
+
+    @property
+    def learning(self) -> bool:
+        return self.pinned_cpu is None or self.pinned_memory is None
+
+    def observe(self, demand: Demand) -> bool:
+        """Counts a demand; True when the ratios changed (cached scores are then stale)."""
+        if not self.learning or not demand.gpus:
+            return False
+        self._seen += 1
+        self._sum_cpu += demand.cpu_milli
+        self._sum_memory += demand.host_memory_bytes
+        self._sum_gpu += share_milli(demand) * demand.gpus
+        if self._seen < self._next_update:
+            return False
+        self._next_update = min(self._seen * 2, self._seen + _RELEARN_EVERY)
+        if self.pinned_cpu is None:
+            self.cpu = self._sum_cpu / self._sum_gpu
+        if self.pinned_memory is None:
+            self.memory = self._sum_memory / self._sum_gpu
+        return True
+
+
+def _ratios_for(workload: TargetWorkload | None, params: Mapping[str, float]) -> ResourceRatios:
+    cpu = params.get("cpu_per_gpu_milli")
+    memory = params.get("memory_per_gpu_milli")
+    if workload is not None:
+        cpu = workload.cpu_per_gpu_milli if cpu is None else cpu
+        memory = workload.memory_per_gpu_milli if memory is None else memory
+    return ResourceRatios(
+        cpu=None if cpu is None else float(cpu), memory=None if memory is None else float(memory)
+    )
+
+
+class FGPUPolicy(FGDPolicy):
+    name = "fgpu"
+
+    def __init__(self, context: PolicyContext) -> None:
+        _check_params(context.params)
+        super().__init__(context)
+        given = context.options.get("workload")
+        self.ratios = _ratios_for(given if isinstance(given, TargetWorkload) else None, context.params)
+        self.strand_weight = float(context.params.get("strand_weight", DEFAULT_STRAND_WEIGHT))
+
+    def stranded(self, idle: FloatArray, cpu_free: FloatArray, memory_free: FloatArray) -> FloatArray:
+        """GPU (milli) that the node's CPU or memory can't feed, per node; untracked resources are +inf."""
+        worst = np.zeros_like(idle)
+        if self.ratios.cpu > 0:
+            worst = np.maximum(worst, idle - cpu_free / self.ratios.cpu)
+        if self.ratios.memory > 0:
+            worst = np.maximum(worst, idle - memory_free / self.ratios.memory)
+        return worst
+
+    def score(self, nodes: SlotArray, demand: Demand, fits: BoolMatrix) -> FloatArray:
+        if self.ratios.observe(demand):
+            self._cache.clear()
+        return super().score(nodes, demand, fits)
+
+    def deltas(self, rows: SlotArray, demand: Demand, fits: BoolMatrix) -> FloatArray:
+        fragment = super().deltas(rows, demand, fits)
+        if not self.strand_weight:
+            return fragment
+        state = self.state
+        idle = self.index.free[rows].sum(axis=1).astype(np.float64)
+        cpu = np.where(state.cpu_alloc[rows] > 0, state.cpu_free[rows], np.inf)
+        memory = np.where(state.host_mem_alloc[rows] > 0, state.host_mem_free[rows], np.inf)
+        used = share_milli(demand) * demand.gpus if demand.gpus else 0
+        before = self.stranded(idle, cpu, memory)
+        after = self.stranded(idle - used, cpu - demand.cpu_milli, memory - demand.host_memory_bytes)
+        result: FloatArray = fragment + self.strand_weight * (after - before)[:, None]
+        return result
+
+
+register_policy("fgpu", FGPUPolicy)

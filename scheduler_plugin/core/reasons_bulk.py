@@ -1,0 +1,137 @@
+"""Reasons for many rejected nodes at once.
+
+The extender's filter must say why each of thousands of nodes failed. Most
+fail for a handful of plain reasons (CPU, memory, not enough free GPUs) that
+can be told from array columns, so those are worked out for all nodes in one
+pass; the rest (unknown node, labels, models, health, MIG, topology) go
+through `reasons.explain` one by one. Both paths produce the same words;
+tests hold them to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from scheduler_plugin.core.cluster import ClusterState
+from scheduler_plugin.core.filtering import BoolArray, Constraints, SlotArray
+from scheduler_plugin.core.labels import LabelIndex
+from scheduler_plugin.core.reasons import Reason, describe_demand, memory_words
+
+#: Bits below a GPU's free core percent when ranking GPUs by (core free, memory free).
+_MEMORY_BITS = 46
+
+
+def explain_many(
+    *,
+    state: ClusterState,
+    labels: LabelIndex,
+    slots: SlotArray,
+    fits: BoolArray,
+    constraints: Constraints,
+    one_by_one: Callable[[int], Reason],
+    gpu_index: Callable[[int, int], int],
+) -> list[Reason]:
+    """A reason per slot (all rejected); `fits` are the filter's rows for them.
+
+    `one_by_one(slot)` explains a node the slow way; `gpu_index(slot, column)`
+    gives the GPU index a person sees for a GPU slot.
+    """
+    demand = constraints.demand
+    pod = constraints.pod
+    count = len(slots)
+    reasons: list[Reason | None] = [None] * count
+    simple = state.active[slots].copy()
+    if pod.node_selector or pod.affinity_terms:
+        simple &= labels.match(slots, selector=pod.node_selector, terms=pod.affinity_terms)
+
+    cpu_alloc = state.cpu_alloc[slots]
+    cpu_free = state.cpu_free[slots]
+    cpu_short = (cpu_alloc > 0) & (cpu_free < demand.cpu_milli) if demand.cpu_milli else np.zeros(count, bool)
+    mem_alloc = state.host_mem_alloc[slots]
+    mem_free = state.host_mem_free[slots]
+    mem_short = (
+        (mem_alloc > 0) & (mem_free < demand.host_memory_bytes)
+        if demand.host_memory_bytes
+        else np.zeros(count, bool)
+    )
+    for i in np.flatnonzero(simple & cpu_short).tolist():
+        text = f"insufficient cpu: {int(cpu_free[i])}m free, pod needs {demand.cpu_milli}m"
+        reasons[i] = Reason(text, demand.cpu_milli > int(cpu_alloc[i]))
+    need_memory = memory_words(demand.host_memory_bytes)
+    for i in np.flatnonzero(simple & ~cpu_short & mem_short).tolist():
+        text = f"insufficient memory: {memory_words(int(mem_free[i]))} free, pod needs {need_memory}"
+        reasons[i] = Reason(text, demand.host_memory_bytes > int(mem_alloc[i]))
+
+    gpu_stage = simple & ~cpu_short & ~mem_short
+    if demand.wants_gpu and gpu_stage.any():
+        _gpu_reasons(state, slots, fits, constraints, gpu_stage, reasons, gpu_index)
+
+    return [
+        reason if reason is not None else one_by_one(int(slot))
+        for reason, slot in zip(reasons, slots, strict=True)
+    ]
+
+
+def _gpu_reasons(
+    state: ClusterState,
+    slots: SlotArray,
+    fits: BoolArray,
+    constraints: Constraints,
+    stage: BoolArray,
+    reasons: list[Reason | None],
+    gpu_index: Callable[[int, int], int],
+) -> None:
+    demand = constraints.demand
+    need = describe_demand(demand)
+    present = state.gpu_present[slots]
+    total = present.sum(axis=1)
+    allowed = constraints.allowed_models[state.model_id[slots]] & present
+    usable = state.gpu_usable[slots] & allowed
+    n_usable = usable.sum(axis=1)
+    # Plain nodes: a report with GPUs, every GPU of an allowed model, healthy and fgpu's to give.
+    plain = (
+        stage & state.has_devices[slots] & (total > 0) & (allowed.sum(axis=1) == total) & (n_usable == total)
+    )
+    if demand.memory_bytes is not None and not demand.whole:
+        plain &= state.mem_total[slots].max(axis=1) >= demand.memory_bytes
+    fitting = fits.sum(axis=1)
+    plain &= fitting < demand.gpus  # otherwise the failure is topology: explained one by one
+    few = plain & (total < demand.gpus)
+    for i in np.flatnonzero(few).tolist():
+        n = int(total[i])
+        reasons[i] = Reason(f"node has {n} GPU{'s' if n != 1 else ''}, pod needs {need}", True)
+    busy = plain & ~few
+    rows = np.flatnonzero(busy)
+    if not len(rows):
+        return
+    if demand.whole:
+        # Few distinct (free, total) pairs across a cluster: one Reason each.
+        said: dict[tuple[int, int], Reason] = {}
+        for i, free, of in zip(rows.tolist(), fitting[rows].tolist(), total[rows].tolist(), strict=True):
+            reason = said.get((free, of))
+            if reason is None:
+                reason = said[(free, of)] = Reason(f"{free} of {of} GPUs fully free, pod needs {need}", False)
+            reasons[i] = reason
+        return
+    core_free = state.core_free[slots[rows]]
+    mem_free = state.mem_free[slots[rows]]
+    mem_total = state.mem_total[slots[rows]]
+    key = np.where(usable[rows], (core_free << _MEMORY_BITS) + mem_free, -1)
+    # The last GPU among equals, as a stable sort by (core free, memory free) would put last.
+    width = key.shape[1]
+    best = width - 1 - np.argmax(key[:, ::-1], axis=1)
+    picked = np.arange(len(rows))
+    best_core = core_free[picked, best].tolist()
+    best_mem = mem_free[picked, best].tolist()
+    best_total = mem_total[picked, best].tolist()
+    for k, i in enumerate(rows.tolist()):
+        index = gpu_index(int(slots[i]), int(best[k]))
+        most = f"most free: GPU {index} with {best_core[k]}% core, {memory_words(best_mem[k])}"
+        if demand.gpus == 1:
+            memory_need = memory_words(demand.memory_need_on(best_total[k]))
+            text = f"no GPU has {demand.core_percent}% core and {memory_need} memory free for {need} ({most})"
+        else:
+            text = f"{int(fitting[i])} of {int(n_usable[i])} GPUs can take a card, pod needs {need} ({most})"
+        reasons[i] = Reason(text, False)

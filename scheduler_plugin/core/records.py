@@ -1,0 +1,181 @@
+"""The core's source of truth: what each node has and what each pod holds.
+
+`ClusterState` rows are derived from these records by `write_node_row`, always
+from scratch for one node, so the arrays cannot drift from the records however
+pods and devices come and go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from apis.allocation import Allocation, GPUShare
+from apis.devices import GPUInfo, MIGInstance, NodeDevices
+from scheduler_plugin.core.api import NodeInfo, NodeName, PodRequest, PodUID
+from scheduler_plugin.core.cluster import ClusterState
+from scheduler_plugin.core.demand import FULL_PERCENT
+from scheduler_plugin.core.topology import NodeTopology, node_topology
+
+
+@dataclass
+class PodRecord:
+    """A pod the core counts: bound (from the informer) or assumed (reserved, bind pending)."""
+
+    request: PodRequest
+    node: NodeName
+    allocation: Allocation | None
+    assumed: bool
+    #: clock reading when it was reserved (assumed pods only)
+    assumed_at: float = 0.0
+
+
+@dataclass
+class NodeRecord:
+    name: NodeName
+    info: NodeInfo | None = None
+    devices: NodeDevices | None = None
+    #: the node's GPUs in slot order (sorted by index)
+    gpus: tuple[GPUInfo, ...] = ()
+    slot_by_uuid: dict[str, int] = field(default_factory=dict)
+    #: MIG instance uuid -> (GPU slot, instance)
+    mig_by_uuid: dict[str, tuple[int, MIGInstance]] = field(default_factory=dict)
+    #: GPU uuids held outside fgpu (e.g. by nvidia.com/gpu pods)
+    external: frozenset[str] = frozenset()
+    topology: NodeTopology = field(default_factory=lambda: NodeTopology((), (), ()))
+    pods: dict[PodUID, PodRecord] = field(default_factory=dict)
+
+    @property
+    def known(self) -> bool:
+        """The node exists for scheduling (we have its Node facts or its devices)."""
+        return self.info is not None or self.devices is not None
+
+    def set_devices(self, devices: NodeDevices | None) -> None:
+        self.devices = devices
+        gpus = tuple(sorted(devices.gpus, key=lambda g: (g.index, g.minor))) if devices else ()
+        self.gpus = gpus
+        self.slot_by_uuid = {gpu.uuid: slot for slot, gpu in enumerate(gpus)}
+        self.mig_by_uuid = {
+            mig.uuid: (slot, mig)
+            for slot, gpu in enumerate(gpus)
+            if gpu.mig_enabled
+            for mig in gpu.mig_instances
+        }
+        self.external = frozenset(h.gpu_uuid for h in devices.external_holders) if devices else frozenset()
+        self.topology = node_topology(gpus)
+
+    def usable(self, slot: int) -> bool:
+        """Takes regular shares: healthy, not held outside fgpu, not in MIG mode."""
+        gpu = self.gpus[slot]
+        return gpu.healthy and not gpu.mig_enabled and gpu.uuid not in self.external
+
+    def share_slot(self, share: GPUShare) -> int | None:
+        """The GPU slot a share of an allocation sits on, or None when the node has no such GPU."""
+        if share.mig_uuid:
+            found = self.mig_by_uuid.get(share.mig_uuid)
+            return found[0] if found else None
+        return self.slot_by_uuid.get(share.uuid)
+
+    def used_migs(self) -> set[str]:
+        return {
+            share.mig_uuid
+            for pod in self.pods.values()
+            if pod.allocation
+            for share in pod.allocation.gpus
+            if share.mig_uuid
+        }
+
+    def gpu_usage(self) -> tuple[list[int], list[int]]:
+        """Allocated core percent and memory bytes per GPU slot (regular shares only)."""
+        core = [0] * len(self.gpus)
+        memory = [0] * len(self.gpus)
+        for pod in self.pods.values():
+            if pod.allocation is None:
+                continue
+            for share in pod.allocation.gpus:
+                if share.mig_uuid:
+                    continue
+                slot = self.slot_by_uuid.get(share.uuid)
+                if slot is not None:
+                    core[slot] += share.core_percent
+                    memory[slot] += share.memory_bytes
+        return core, memory
+
+    def host_usage(self) -> tuple[int, int]:
+        cpu = sum(pod.request.cpu_milli for pod in self.pods.values())
+        memory = sum(pod.request.memory_bytes for pod in self.pods.values())
+        return cpu, memory
+
+    def dangling_shares(self) -> list[tuple[PodRecord, GPUShare]]:
+        """Shares of pods on this node whose GPU (or MIG instance) the node does not report."""
+        return [
+            (pod, share)
+            for pod in self.pods.values()
+            if pod.allocation
+            for share in pod.allocation.gpus
+            if self.share_slot(share) is None
+        ]
+
+
+def write_node_row(state: ClusterState, record: NodeRecord, slot: int) -> None:
+    """Rewrites the node's row of `state` from its record."""
+    gpus = record.gpus
+    count = len(gpus)
+    state.ensure_gpu_columns(count)
+    width = state.max_gpus
+    pad = width - count
+    core_used, mem_used = record.gpu_usage()
+    used_migs = record.used_migs() if record.mig_by_uuid else set()
+
+    present = [True] * count + [False] * pad
+    healthy = [gpu.healthy for gpu in gpus] + [False] * pad
+    usable = [record.usable(i) for i in range(count)] + [False] * pad
+    core_total = [FULL_PERCENT] * count + [0] * pad
+    mem_total = [gpu.memory_bytes for gpu in gpus] + [0] * pad
+    core_free = [FULL_PERCENT - core_used[i] if usable[i] else 0 for i in range(count)] + [0] * pad
+    mem_free = [gpus[i].memory_bytes - mem_used[i] if usable[i] else 0 for i in range(count)] + [0] * pad
+    model_id = [state.model_index(gpu.model_label) for gpu in gpus] + [-1] * pad
+    mig_free = [
+        max(
+            (m.memory_bytes for m in gpu.mig_instances if m.uuid not in used_migs),
+            default=0,
+        )
+        if gpu.mig_enabled and gpu.healthy and gpu.uuid not in record.external
+        else 0
+        for gpu in gpus
+    ] + [0] * pad
+    topo = record.topology
+    state.gpu_present[slot] = present
+    state.gpu_healthy[slot] = healthy
+    state.gpu_usable[slot] = usable
+    state.gpu_whole_free[slot] = [
+        usable[i] and core_used[i] == 0 and mem_used[i] == 0 for i in range(count)
+    ] + [False] * pad
+    state.core_total[slot] = core_total
+    state.core_free[slot] = core_free
+    state.mem_total[slot] = mem_total
+    state.mem_free[slot] = mem_free
+    state.model_id[slot] = model_id
+    state.mig_free_max[slot] = mig_free
+    state.nvlink_group[slot] = list(topo.nvlink) + [-1] * pad
+    state.pcie_group[slot] = list(topo.pcie) + [-1] * pad
+    state.numa_group[slot] = list(topo.numa) + [-1] * pad
+
+    cpu_used, host_used = record.host_usage()
+    info = record.info
+    state.active[slot] = record.known
+    state.has_devices[slot] = record.devices is not None
+    state.cpu_alloc[slot] = info.cpu_milli if info else 0
+    state.cpu_free[slot] = (info.cpu_milli - cpu_used) if info else 0
+    state.host_mem_alloc[slot] = info.memory_bytes if info else 0
+    state.host_mem_free[slot] = (info.memory_bytes - host_used) if info else 0
+    state.gpu_count[slot] = count
+    state.node_core_total[slot] = sum(core_total)
+    state.node_core_free[slot] = sum(core_free)
+    state.node_mem_total[slot] = sum(mem_total)
+    state.node_mem_free[slot] = sum(mem_free)
+    state.node_mem_max[slot] = max(mem_total, default=0)
+    if any(mig_free):
+        state.mig_rows.add(slot)
+    else:
+        state.mig_rows.discard(slot)
+    state.notify_changed(slot)

@@ -1,0 +1,205 @@
+"""The `fgpu.v1.Scheduler` gRPC service: a thin servicer over `SchedulingService`.
+
+Each method turns the request into a pod dict and a domain call; one
+interceptor turns domain exceptions into gRPC status codes (through
+`errors.grpc_code`), so no method picks a code itself. The server serves
+health and reflection (apis.grpc_server), so
+`grpcurl -plaintext -unix SOCK fgpu.v1.Scheduler/GetNodeState` works by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any
+
+import grpc
+
+from apis import grpc_server
+from apis.allocation import Allocation
+from apis.devices import NodeDevices, from_proto, to_proto
+from apis.fgpu.v1 import scheduler_pb2, scheduler_pb2_grpc
+from scheduler_plugin import errors, pods
+from scheduler_plugin.errors import InvalidRequest
+from scheduler_plugin.scheduling import SchedulingService, SignedAllocation
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name
+
+
+def pod_from_proto(pod: scheduler_pb2.Pod) -> dict[str, Any]:
+    """The pod dict for a `fgpu.v1.Pod`: its manifest when given, else built from the fields."""
+    if pod.manifest_json:
+        try:
+            obj = json.loads(pod.manifest_json)
+        except ValueError as exc:
+            raise InvalidRequest(f"pod.manifest_json: not valid JSON ({exc}); send the Pod object as the API returns it") from exc
+        if not isinstance(obj, dict):
+            raise InvalidRequest(f"pod.manifest_json: expected a JSON object (a Pod), got {type(obj).__name__}")
+        return obj
+    if not pod.name and not pod.uid:
+        raise InvalidRequest("pod: give manifest_json, or at least name, uid and containers")
+    return pods.from_proto_fields(
+        namespace=pod.namespace,
+        name=pod.name,
+        uid=pod.uid,
+        labels=dict(pod.labels),
+        annotations=dict(pod.annotations),
+        containers=[(c.name, dict(c.requests), dict(c.limits), c.init) for c in pod.containers],
+    )
+
+
+def allocation_to_proto(signed: SignedAllocation) -> scheduler_pb2.NodeAllocation:
+    return scheduler_pb2.NodeAllocation(
+        node_name=signed.node,
+        gpus=_gpus(signed.allocation),
+        annotation=signed.annotation,
+        signature=signed.signature,
+    )
+
+
+def _gpus(allocation: Allocation) -> list[scheduler_pb2.GPUAllocation]:
+    return [
+        scheduler_pb2.GPUAllocation(
+            minor=g.minor,
+            uuid=g.uuid,
+            core_percent=g.core_percent,
+            memory_bytes=g.memory_bytes,
+            memory_ratio_percent=g.memory_ratio_percent,
+            mig_uuid=g.mig_uuid,
+        )
+        for g in allocation.gpus
+    ]
+
+
+class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
+    def __init__(self, service: SchedulingService) -> None:
+        self._service = service
+
+    def Filter(self, request: scheduler_pb2.FilterRequest, context: grpc.ServicerContext) -> scheduler_pb2.FilterResponse:
+        outcome = self._service.filter(pod_from_proto(request.pod), list(request.node_names) or None)
+        return scheduler_pb2.FilterResponse(
+            verdicts=[
+                scheduler_pb2.NodeVerdict(
+                    node_name=v.node_name, feasible=v.feasible, reason=v.reason, unresolvable=v.unresolvable
+                )
+                for v in outcome.verdicts
+            ],
+            pod_error=outcome.pod_error,
+        )
+
+    def Score(self, request: scheduler_pb2.ScoreRequest, context: grpc.ServicerContext) -> scheduler_pb2.ScoreResponse:
+        scores = self._service.score(pod_from_proto(request.pod), list(request.node_names))
+        return scheduler_pb2.ScoreResponse(scores=[scheduler_pb2.NodeScore(node_name=n, score=s) for n, s in scores])
+
+    def Reserve(self, request: scheduler_pb2.ReserveRequest, context: grpc.ServicerContext) -> scheduler_pb2.ReserveResponse:
+        _require(request.node_name, "node_name")
+        signed = self._service.reserve(pod_from_proto(request.pod), request.node_name)
+        return scheduler_pb2.ReserveResponse(allocation=allocation_to_proto(signed))
+
+    def Unreserve(
+        self, request: scheduler_pb2.UnreserveRequest, context: grpc.ServicerContext
+    ) -> scheduler_pb2.UnreserveResponse:
+        self._service.unreserve(pod_from_proto(request.pod))
+        return scheduler_pb2.UnreserveResponse()
+
+    def Bind(self, request: scheduler_pb2.BindRequest, context: grpc.ServicerContext) -> scheduler_pb2.BindResponse:
+        _require(request.node_name, "node_name")
+        signed = self._service.bind(pod_from_proto(request.pod), request.node_name)
+        return scheduler_pb2.BindResponse(allocation=allocation_to_proto(signed))
+
+    def ReportDevices(
+        self, request: scheduler_pb2.ReportDevicesRequest, context: grpc.ServicerContext
+    ) -> scheduler_pb2.ReportDevicesResponse:
+        _require(request.report.node_name, "report.node_name")
+        orphans = self._service.report_devices(from_proto(request.report))
+        return scheduler_pb2.ReportDevicesResponse(orphaned_allocations=orphans)
+
+    def GetNodeState(
+        self, request: scheduler_pb2.GetNodeStateRequest, context: grpc.ServicerContext
+    ) -> scheduler_pb2.GetNodeStateResponse:
+        views = self._service.node_views(list(request.node_names) or None)
+        out = []
+        for view in sorted(views, key=lambda v: v.name):
+            report = to_proto(NodeDevices(node_name=view.name, gpus=tuple(g.device for g in view.gpus)))
+            gpus = [
+                scheduler_pb2.GPUState(
+                    device=proto_gpu,
+                    allocated_core_percent=g.allocated_core_percent,
+                    allocated_memory_bytes=g.allocated_memory_bytes,
+                    pods=[
+                        scheduler_pb2.PodShare(
+                            namespace=p.namespace,
+                            name=p.name,
+                            uid=p.uid,
+                            core_percent=p.core_percent,
+                            memory_bytes=p.memory_bytes,
+                            assumed=p.assumed,
+                        )
+                        for p in g.pods
+                    ],
+                    held_externally=g.held_externally,
+                )
+                for g, proto_gpu in zip(view.gpus, report.gpus, strict=True)
+            ]
+            out.append(
+                scheduler_pb2.NodeState(
+                    node_name=view.name, gpus=gpus, driver_version=view.driver_version, discovery_error=view.discovery_error
+                )
+            )
+        return scheduler_pb2.GetNodeStateResponse(nodes=out)
+
+
+def _require(value: str, field: str) -> None:
+    if not value:
+        raise InvalidRequest(f"{field}: required; give the node name the pod is for")
+
+
+class ErrorInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Maps exceptions raised by servicer methods to gRPC status codes, in one place."""
+
+    def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None], details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = continuation(details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        inner = handler.unary_unary
+        method = details.method
+
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            try:
+                return inner(request, context)
+            except Exception as exc:
+                code = errors.grpc_code(exc)
+                if code is grpc.StatusCode.INTERNAL:
+                    log.exception("%s failed", method)
+                context.abort(code, errors.describe(exc))
+
+        return grpc.unary_unary_rpc_method_handler(
+            wrapped, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+        )
+
+
+class GrpcServer:
+    """The gRPC server: Scheduler + health + reflection on one address."""
+
+    def __init__(self, service: SchedulingService, *, address: str, workers: int = 8) -> None:
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fgpu-sched-grpc"),
+            interceptors=[ErrorInterceptor()],
+            options=list(grpc_server.CHANNEL_OPTIONS),
+        )
+        scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(service), self._server)  # type: ignore[no-untyped-call]
+        self.health = grpc_server.add_health_and_reflection(self._server, [SERVICE_NAME])
+        self.address = grpc_server.add_listener(self._server, address, field="--grpc-listen")
+
+    def start(self) -> None:
+        self._server.start()
+
+    def stop(self, grace: float | None = None) -> None:
+        self.health.enter_graceful_shutdown()
+        self._server.stop(grace).wait()

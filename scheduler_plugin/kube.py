@@ -1,0 +1,282 @@
+"""The scheduler's only door to the Kubernetes API: the one module that imports `kubernetes`.
+
+Everything goes through the official client and comes back as plain dicts in
+the API's own camelCase JSON (`_preload_content=False`, watches with
+`deserialize=False`), so the rest of the service, `apis.request.parse_pod` and
+`apis.devices.from_device_object` read one shape whoever produced it. Every
+call has a client-side timeout, so a hung API server stalls a caller for
+seconds, not forever. Library exceptions are turned into
+`errors.KubeAPIError` here, so no other module needs the client's types.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+from apis import names
+from scheduler_plugin.errors import KubeAPIError, WatchExpired
+
+JSON = dict[str, Any]
+
+#: Client-side limit of one ordinary request (seconds).
+REQUEST_TIMEOUT_S = 10.0
+
+_MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK
+    obj: JSON
+
+
+@dataclass(frozen=True)
+class Listing:
+    items: list[JSON]
+    resource_version: str
+
+
+class Kube:
+    """A connection to one API server."""
+
+    def __init__(self, api_client: client.ApiClient, *, request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self._api = api_client
+        self._core = client.CoreV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
+        self._coordination = client.CoordinationV1Api(api_client)
+        self._timeout = request_timeout_s
+
+    @classmethod
+    def connect(cls, *, kubeconfig: str = "", request_timeout_s: float = REQUEST_TIMEOUT_S) -> Kube:
+        """From a kubeconfig file; with none given, the in-cluster service account, then ~/.kube/config."""
+        try:
+            if kubeconfig:
+                api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+                return cls(api, request_timeout_s=request_timeout_s)
+            configuration = client.Configuration()
+            try:
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            except config.ConfigException:
+                config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return cls(client.ApiClient(configuration), request_timeout_s=request_timeout_s)
+        except (config.ConfigException, OSError) as exc:
+            where = f"--kubeconfig={kubeconfig!r}" if kubeconfig else "in-cluster config and ~/.kube/config"
+            raise KubeAPIError(f"{where}: cannot load a Kubernetes client config ({exc}); give a valid kubeconfig") from exc
+
+    def close(self) -> None:
+        self._api.close()  # type: ignore[no-untyped-call]
+
+    # --- pods ---------------------------------------------------------------
+
+    def list_pods(self) -> Listing:
+        return _listing(self._call(self._core.list_pod_for_all_namespaces))
+
+    def watch_pods(self, *, resource_version: str, timeout_s: int) -> WatchStream:
+        return self._watch(self._core.list_pod_for_all_namespaces, resource_version=resource_version, timeout_s=timeout_s)
+
+    def get_pod(self, *, namespace: str, name: str) -> JSON | None:
+        try:
+            return _json(self._call(self._core.read_namespaced_pod, name=name, namespace=namespace))
+        except KubeAPIError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def patch_pod_metadata(self, *, namespace: str, name: str, metadata: JSON) -> JSON:
+        """Merge-patches metadata (labels/annotations; a None value removes a key)."""
+        return _json(
+            self._call(
+                self._core.patch_namespaced_pod,
+                name=name,
+                namespace=namespace,
+                body={"metadata": metadata},
+                _content_type=_MERGE_PATCH,
+            )
+        )
+
+    def bind_pod(self, *, namespace: str, name: str, uid: str, node: str) -> None:
+        """POST pods/binding. 409 when the pod is bound already."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self._call(self._core.create_namespaced_pod_binding, name=name, namespace=namespace, body=body)
+
+    # --- nodes and devices ---------------------------------------------------
+
+    def list_nodes(self) -> Listing:
+        return _listing(self._call(self._core.list_node))
+
+    def watch_nodes(self, *, resource_version: str, timeout_s: int) -> WatchStream:
+        return self._watch(self._core.list_node, resource_version=resource_version, timeout_s=timeout_s)
+
+    def list_devices(self) -> Listing:
+        return _listing(
+            self._call(
+                self._custom.list_cluster_custom_object,
+                group=names.DEVICE_GROUP,
+                version=names.DEVICE_VERSION,
+                plural=names.DEVICE_PLURAL,
+            )
+        )
+
+    def watch_devices(self, *, resource_version: str, timeout_s: int) -> WatchStream:
+        return self._watch(
+            self._custom.list_cluster_custom_object,
+            group=names.DEVICE_GROUP,
+            version=names.DEVICE_VERSION,
+            plural=names.DEVICE_PLURAL,
+            resource_version=resource_version,
+            timeout_s=timeout_s,
+        )
+
+    # --- events and leases ---------------------------------------------------
+
+    def create_event(self, namespace: str, body: JSON) -> None:
+        self._call(self._core.create_namespaced_event, namespace=namespace, body=body)
+
+    def get_lease(self, *, namespace: str, name: str) -> JSON | None:
+        try:
+            return _json(self._call(self._coordination.read_namespaced_lease, name=name, namespace=namespace))
+        except KubeAPIError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create_lease(self, *, namespace: str, body: JSON) -> JSON:
+        return _json(self._call(self._coordination.create_namespaced_lease, namespace=namespace, body=body))
+
+    def replace_lease(self, *, namespace: str, name: str, body: JSON) -> JSON:
+        """PUT; 409 when body's resourceVersion is stale (someone else wrote the lease)."""
+        return _json(
+            self._call(self._coordination.replace_namespaced_lease, name=name, namespace=namespace, body=body)
+        )
+
+    # --- plumbing ------------------------------------------------------------
+
+    def _call(self, func: Callable[..., Any], **kwargs: Any) -> Any:
+        try:
+            return func(_preload_content=False, _request_timeout=self._timeout, **kwargs)
+        except ApiException as exc:
+            raise _api_error(exc) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise KubeAPIError(f"Kubernetes API unreachable: {exc}") from exc
+
+    def _watch(self, func: Callable[..., Any], *, resource_version: str, timeout_s: int, **kwargs: Any) -> WatchStream:
+        return WatchStream(
+            func,
+            resource_version=resource_version,
+            timeout_s=timeout_s,
+            request_timeout_s=self._timeout,
+            **kwargs,
+        )
+
+
+class WatchStream:
+    """Events after a resourceVersion until the server ends the watch (about `timeout_s`).
+
+    The request goes through the official client (`watch=True`,
+    `_preload_content=False`); lines are decoded here rather than by
+    `kubernetes.watch.Watch`, whose `deserialize=False` mode cannot read an
+    ERROR event. Iterating raises WatchExpired on 410 Gone (the caller lists
+    again) and KubeAPIError on other errors or a broken connection. `stop()`
+    from another thread ends the iteration promptly.
+    """
+
+    def __init__(
+        self, func: Callable[..., Any], *, resource_version: str, timeout_s: int, request_timeout_s: float, **kwargs: Any
+    ) -> None:
+        self._func = func
+        self._kwargs = {
+            "watch": True,
+            "resource_version": resource_version,
+            "timeout_seconds": timeout_s,
+            "allow_watch_bookmarks": True,
+            "_preload_content": False,
+            "_request_timeout": (request_timeout_s, timeout_s + request_timeout_s),
+            **kwargs,
+        }
+        self._response: Any = None
+        self._stopped = False
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        try:
+            self._response = self._func(**self._kwargs)
+            for line in watch.watch.iter_resp_lines(self._response):  # type: ignore[no-untyped-call]
+                if self._stopped:
+                    return
+                if not line:
+                    continue
+                event = json.loads(line)
+                kind = str(event.get("type", ""))
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    status = int(obj.get("code") or 0)
+                    message = f"Kubernetes watch: {status} {obj.get('reason', '')} {obj.get('message', '')}".strip()
+                    raise (WatchExpired if status == 410 else KubeAPIError)(message, status=status, reason=str(obj.get("reason", "")))
+                yield WatchEvent(type=kind, obj=obj)
+        except ApiException as exc:
+            raise _api_error(exc) from exc
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            if self._stopped:
+                return
+            raise KubeAPIError(f"Kubernetes watch broken: {exc}") from exc
+        finally:
+            self._close()
+
+    def stop(self) -> None:
+        self._stopped = True
+        response = self._response
+        if response is not None:
+            # Shutting the socket down wakes the thread blocked reading it.
+            sock = getattr(getattr(response, "connection", None), "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def _close(self) -> None:
+        response, self._response = self._response, None
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.close()
+                response.release_conn()
+
+
+def _json(response: Any) -> JSON:
+    data = json.loads(response.data or b"{}")
+    if not isinstance(data, dict):
+        raise KubeAPIError(f"Kubernetes API returned {type(data).__name__}, expected an object")
+    return data
+
+
+def _listing(response: Any) -> Listing:
+    data = _json(response)
+    items = data.get("items") or []
+    return Listing(items=list(items), resource_version=str((data.get("metadata") or {}).get("resourceVersion", "")))
+
+
+def _api_error(exc: ApiException) -> KubeAPIError:
+    status = int(exc.status or 0)
+    message = str(exc.reason or "")
+    reason = ""
+    if exc.body:
+        try:
+            body = json.loads(exc.body)
+        except (TypeError, ValueError):
+            body = None
+        if isinstance(body, dict):
+            message = str(body.get("message") or message)
+            reason = str(body.get("reason") or "")
+    kind = WatchExpired if status == 410 else KubeAPIError
+    return kind(f"Kubernetes API: {status} {reason or ''} {message}".strip(), status=status, reason=reason)

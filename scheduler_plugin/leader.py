@@ -1,0 +1,214 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, as client-go's leaderelection does it.
+
+Only the leader binds. A candidate takes the lease when its record has not
+changed for `lease_duration_s` *as observed on the candidate's own monotonic
+clock* (never by comparing the leader's wall-clock renewTime with ours, so
+clock skew between machines cannot cause two leaders). Writes carry the
+lease's resourceVersion, so two candidates cannot both win one expiry.
+
+The leader stops acting as leader once it has failed to renew for
+`renew_deadline_s`, which is shorter than `lease_duration_s`: by the time a
+standby may take over, the old leader has already stopped binding, so no GPU
+is handed out by two instances.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduler_plugin.core.api import Clock
+from scheduler_plugin.errors import KubeAPIError
+from scheduler_plugin.kube import Kube
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    holder: str
+    lease_duration_s: int
+    acquire_time: str
+    renew_time: str
+    transitions: int
+
+    @classmethod
+    def from_lease(cls, lease: JSON) -> LeaseRecord:
+        spec = lease.get("spec") or {}
+        return cls(
+            holder=str(spec.get("holderIdentity") or ""),
+            lease_duration_s=int(spec.get("leaseDurationSeconds") or 0),
+            acquire_time=str(spec.get("acquireTime") or ""),
+            renew_time=str(spec.get("renewTime") or ""),
+            transitions=int(spec.get("leaseTransitions") or 0),
+        )
+
+    def spec(self) -> JSON:
+        return {
+            "holderIdentity": self.holder,
+            "leaseDurationSeconds": self.lease_duration_s,
+            "acquireTime": self.acquire_time,
+            "renewTime": self.renew_time,
+            "leaseTransitions": self.transitions,
+        }
+
+
+def may_take(
+    *, record: LeaseRecord, identity: str, observed_at: float, now: float, lease_duration_s: float
+) -> bool:
+    """Whether `identity` may write the lease: it holds it, nobody does, or it expired as observed locally."""
+    if record.holder in ("", identity):
+        return True
+    duration = record.lease_duration_s or lease_duration_s
+    return now - observed_at >= duration
+
+
+def next_record(*, current: LeaseRecord | None, identity: str, lease_duration_s: float, wall: datetime) -> LeaseRecord:
+    stamp = wall.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    duration = max(1, round(lease_duration_s))
+    if current is not None and current.holder == identity:
+        return LeaseRecord(identity, duration, current.acquire_time or stamp, stamp, current.transitions)
+    transitions = 0 if current is None else current.transitions + (1 if current.holder else 0)
+    return LeaseRecord(identity, duration, stamp, stamp, transitions)
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        *,
+        kube: Kube,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_duration_s: float,
+        renew_deadline_s: float,
+        retry_period_s: float,
+        on_started_leading: Callable[[], None] = lambda: None,
+        on_stopped_leading: Callable[[], None] = lambda: None,
+        clock: Clock = time.monotonic,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._kube = kube
+        self._namespace = namespace
+        self._name = name
+        self.identity = identity
+        self._lease_duration_s = lease_duration_s
+        self._renew_deadline_s = renew_deadline_s
+        self._retry_period_s = retry_period_s
+        self._on_started = on_started_leading
+        self._on_stopped = on_stopped_leading
+        self._clock = clock
+        self._wall = wall
+        self._observed: LeaseRecord | None = None
+        self._observed_rv = ""
+        self._observed_at = 0.0
+        self._leading = False
+        self._last_renew = float("-inf")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def is_leader(self) -> bool:
+        """True while leading and the last renewal is within the renew deadline (a stalled loop loses it)."""
+        return self._leading and self._clock() - self._last_renew < self._renew_deadline_s
+
+    def start(self) -> None:
+        """Campaigns once now (so a lone instance leads when this returns), then in the background."""
+        self._campaign_once()
+        self._thread = threading.Thread(target=self._loop, name="fgpu-leader-election", daemon=True)
+        self._thread.start()
+
+    def stop(self, *, release: bool = True, grace: float = 5.0) -> None:
+        """Stops campaigning; with `release`, hands the lease back so a standby takes over at once."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(grace)
+        if self._leading:
+            self._step_down()
+            if release:
+                self._release()
+
+    def try_acquire_or_renew(self) -> bool:
+        now = self._clock()
+        try:
+            lease = self._kube.get_lease(namespace=self._namespace, name=self._name)
+            if lease is None:
+                record = next_record(current=None, identity=self.identity, lease_duration_s=self._lease_duration_s, wall=self._wall())
+                created = self._kube.create_lease(namespace=self._namespace, body=self._body(record, rv=""))
+                self._observe(record, created, now)
+                return True
+            current = LeaseRecord.from_lease(lease)
+            rv = str((lease.get("metadata") or {}).get("resourceVersion") or "")
+            if current != self._observed or rv != self._observed_rv:
+                self._observed, self._observed_rv, self._observed_at = current, rv, now
+            if not may_take(
+                record=current, identity=self.identity, observed_at=self._observed_at, now=now, lease_duration_s=self._lease_duration_s
+            ):
+                return False
+            record = next_record(current=current, identity=self.identity, lease_duration_s=self._lease_duration_s, wall=self._wall())
+            replaced = self._kube.replace_lease(namespace=self._namespace, name=self._name, body=self._body(record, rv=rv))
+            self._observe(record, replaced, now)
+            return True
+        except KubeAPIError as exc:
+            if exc.status != 409:
+                log.warning("leader election: lease %s/%s: %s", self._namespace, self._name, exc)
+            return False
+
+    def _observe(self, record: LeaseRecord, lease: JSON, now: float) -> None:
+        self._observed = record
+        self._observed_rv = str((lease.get("metadata") or {}).get("resourceVersion") or "")
+        self._observed_at = now
+        self._last_renew = now
+
+    def _body(self, record: LeaseRecord, *, rv: str) -> JSON:
+        metadata: JSON = {"name": self._name, "namespace": self._namespace}
+        if rv:
+            metadata["resourceVersion"] = rv
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": record.spec()}
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._retry_period_s):
+            self._campaign_once()
+
+    def _campaign_once(self) -> None:
+        if not self._stop.is_set():
+            ok = self.try_acquire_or_renew()
+            if ok and not self._leading and not self._stop.is_set():
+                self._leading = True
+                log.info("leader election: %s now leads (lease %s/%s)", self.identity, self._namespace, self._name)
+                try:
+                    self._on_started()
+                except Exception:
+                    log.exception("on_started_leading failed; giving up the lease")
+                    self._step_down()
+                    self._release()
+            elif self._leading and self._clock() - self._last_renew >= self._renew_deadline_s:
+                log.warning("leader election: %s could not renew for %.1fs; stepping down", self.identity, self._renew_deadline_s)
+                self._step_down()
+
+    def _step_down(self) -> None:
+        if not self._leading:
+            return
+        self._leading = False
+        try:
+            self._on_stopped()
+        except Exception:
+            log.exception("on_stopped_leading failed")
+
+    def _release(self) -> None:
+        try:
+            lease = self._kube.get_lease(namespace=self._namespace, name=self._name)
+            if lease is None or LeaseRecord.from_lease(lease).holder != self.identity:
+                return
+            current = LeaseRecord.from_lease(lease)
+            released = LeaseRecord("", 1, current.acquire_time, current.renew_time, current.transitions)
+            rv = str((lease.get("metadata") or {}).get("resourceVersion") or "")
+            self._kube.replace_lease(namespace=self._namespace, name=self._name, body=self._body(released, rv=rv))
+        except KubeAPIError as exc:
+            log.warning("leader election: could not release lease: %s", exc)

@@ -1,0 +1,432 @@
+"""The scheduler service: one object that every adapter calls, around the decision core.
+
+The gRPC servicer, the kube-scheduler extender and the standalone loop all
+turn their input into a pod dict and call this; the backends feed it state.
+It holds the core behind one lock (the core is plain, single-threaded data),
+signs allocations, makes binds durable through the backend, and records
+metrics and Events. I/O (the backend's bind) happens outside the lock, so a
+slow API server delays one bind, not every filter.
+
+A bind is reserve (under the lock) -> backend.bind (no lock) -> confirm. If
+the backend says the bind failed, the reservation is released; if it cannot
+tell (Unavailable), the reservation stays assumed: either the pod shows up
+bound through the backend's feed (and is counted from its annotation), or the
+reservation expires. A GPU is therefore never counted twice, nor lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from apis import names
+from apis.allocation import Allocation
+from apis.devices import NodeDevices
+from apis.request import RequestError
+from apis.signing import allocation_annotations
+from apis.translation import TranslationRules
+from scheduler_plugin import boundpods, pods
+from scheduler_plugin.backend import Backend, Snapshot
+from scheduler_plugin.core.api import (
+    Core,
+    NodeInfo,
+    NodeName,
+    NodeVerdict,
+    NodeView,
+    PodRequest,
+    PodUID,
+    SchedulingError,
+)
+from scheduler_plugin.errors import Conflict, InvalidRequest, NotLeader, Unavailable, Unschedulable
+from scheduler_plugin.events import EventRecorder, summarize
+from scheduler_plugin.metrics import Metrics, Phase, Result
+
+log = logging.getLogger(__name__)
+
+CoreFactory = Callable[[], Core]
+RulesSource = Callable[[], TranslationRules | None]
+
+
+class PendingSink(Protocol):
+    """The standalone loop's queue, as the state feed sees it."""
+
+    def add(self, pod: Mapping[str, Any]) -> None: ...
+
+    def discard(self, uid: str) -> None: ...
+
+    def all_due_now(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SignedAllocation:
+    node: NodeName
+    allocation: Allocation
+    annotations: Mapping[str, str]
+
+    @property
+    def annotation(self) -> str:
+        return self.annotations[names.DEVICE_ALLOCATED]
+
+    @property
+    def signature(self) -> str:
+        return self.annotations[names.ALLOCATION_SIGNATURE]
+
+
+@dataclass(frozen=True)
+class FilterOutcome:
+    verdicts: tuple[NodeVerdict, ...]
+    #: non-empty when the pod itself is invalid; then every verdict carries it
+    pod_error: str = ""
+
+
+class SchedulingService:
+    def __init__(
+        self,
+        *,
+        core_factory: CoreFactory,
+        backend: Backend,
+        signing_key: bytes | None,
+        rules: RulesSource = lambda: None,
+        metrics: Metrics | None = None,
+        recorder: EventRecorder | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._core_factory = core_factory
+        self._core = core_factory()
+        self._backend = backend
+        self._key = signing_key
+        self._rules = rules
+        self.metrics = metrics or Metrics()
+        self._recorder = recorder
+        self._is_leader = is_leader
+        self._lock = threading.RLock()
+        self._loaded = False
+        #: node -> GPU uuids it has, for reporting allocations on vanished GPUs
+        self._gpus: dict[str, frozenset[str]] = {}
+        #: where pending pods addressed to us go (the standalone loop's queue)
+        self.pending: PendingSink | None = None
+        #: orphan lines reported since start (also logged and counted)
+        self.orphans: list[str] = []
+        self._reported: set[str] = set()
+        #: uid -> node of every pod known to be bound (GPU or not); the core's
+        #: allocation_of only knows pods holding GPUs
+        self._bound: dict[str, NodeName] = {}
+
+    # --- decisions ----------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self._loaded
+
+    @property
+    def leading(self) -> bool:
+        return self._is_leader()
+
+    def request(self, pod: Mapping[str, Any]) -> PodRequest:
+        try:
+            return pods.request_of(pod, rules=self._rules())
+        except RequestError:
+            raise
+        except (ValueError, TypeError) as exc:
+            raise InvalidRequest(f"pod {pods.key(pod)}: {exc}") from exc
+
+    def filter(
+        self, pod: Mapping[str, Any], node_names: Sequence[str] | None = None, *, request: PodRequest | None = None
+    ) -> FilterOutcome:
+        """Verdicts for `node_names` (all nodes when None). `request`: the pod already parsed, if the caller has it."""
+        self._require_loaded()
+        with self.metrics.timed(Phase.FILTER):
+            try:
+                request = request or self.request(pod)
+            except RequestError as exc:
+                message = "; ".join(exc.errors) or str(exc)
+                verdicts = tuple(NodeVerdict(NodeName(n), False, message, unresolvable=True) for n in node_names or ())
+                return FilterOutcome(verdicts=verdicts, pod_error=message)
+            nodes = [NodeName(n) for n in node_names] if node_names else None
+            with self._lock:
+                verdicts = tuple(self._core.filter(request, nodes))
+        self.metrics.record_reasons([v.reason for v in verdicts if not v.feasible])
+        return FilterOutcome(verdicts=verdicts)
+
+    def score(
+        self, pod: Mapping[str, Any], node_names: Sequence[str], *, request: PodRequest | None = None
+    ) -> list[tuple[NodeName, int]]:
+        self._require_loaded()
+        request = request or self.request(pod)
+        with self.metrics.timed(Phase.SCORE), self._lock:
+            return list(self._core.score(request, [NodeName(n) for n in node_names]))
+
+    def reserve(self, pod: Mapping[str, Any], node: str) -> SignedAllocation:
+        self._require_leader()
+        request = self.request(pod)
+        with self.metrics.timed(Phase.RESERVE), self._lock:
+            allocation = self._reserve_locked(request, NodeName(node))
+        return self._signed(request.uid, NodeName(node), allocation)
+
+    def unreserve(self, pod: Mapping[str, Any]) -> bool:
+        """Releases a reservation; for the embedded backend also a bound pod. True when a bound pod was released."""
+        uid = pods.uid(pod)
+        with self._lock:
+            self._core.unreserve(uid)
+        released = self._backend.release(uid)
+        if released:
+            with self._lock:
+                self._bound.pop(uid, None)
+                self._core.remove_pod(uid)
+        return released
+
+    def bind(self, pod: Mapping[str, Any], node: str) -> SignedAllocation:
+        """Reserves (unless reserved on `node` already), writes the signed allocation and binds."""
+        self._require_leader()
+        request = self.request(pod)
+        target = NodeName(node)
+        with self.metrics.timed(Phase.RESERVE), self._lock:
+            allocation = self._reserve_locked(request, target)
+        signed = self._signed(request.uid, target, allocation)
+        with self.metrics.timed(Phase.BIND):
+            try:
+                self._backend.bind(pod=pod, node=target, annotations=signed.annotations)
+            except Unavailable:
+                # Outcome unknown: keep the reservation (see module docstring).
+                self.metrics.bind_failures.labels(step="unknown").inc()
+                raise
+            except Exception:
+                self.metrics.bind_failures.labels(step="bind").inc()
+                with self._lock:
+                    self._core.unreserve(request.uid)
+                raise
+        with self._lock:
+            self._core.confirm(request.uid)
+            self._bound[request.uid] = target
+        return signed
+
+    def place(self, pod: Mapping[str, Any]) -> tuple[NodeName, Allocation] | None:
+        """Filter + score + tie-break over every node, then reserve on the best: one decision, no I/O.
+
+        Returns None when no node fits. Raises RequestError for an invalid pod.
+        """
+        self._require_leader()
+        return self._place(self.request(pod))
+
+    def _place(self, request: PodRequest) -> tuple[NodeName, Allocation] | None:
+        with self._lock:
+            with self.metrics.timed(Phase.FILTER):
+                chosen = self._core.select(request)
+            if chosen is None:
+                return None
+            with self.metrics.timed(Phase.RESERVE):
+                return chosen, self._reserve_locked(request, chosen)
+
+    def schedule(self, pod: Mapping[str, Any]) -> SignedAllocation | None:
+        """The standalone path: choose a node, bind, and tell the pod (Event) either way.
+
+        Returns None when the pod cannot be placed now (an Event says why).
+        Raises Unavailable/NotLeader/Conflict for the caller to retry or drop.
+        """
+        self._require_leader()
+        try:
+            request = self.request(pod)
+        except (RequestError, InvalidRequest) as exc:
+            self.metrics.decisions.labels(result=Result.ERROR.value).inc()
+            self._event_failed(pod, summarize((), pod_error=_describe(exc)))
+            return None
+        with self._lock:
+            placed = self._place(request)
+            if placed is None:
+                verdicts = self._core.filter(request)
+        if placed is None:
+            self.metrics.decisions.labels(result=Result.UNSCHEDULABLE.value).inc()
+            self.metrics.record_reasons([v.reason for v in verdicts if not v.feasible])
+            self._event_failed(pod, summarize(verdicts))
+            return None
+        chosen = placed[0]
+        try:
+            signed = self.bind(pod, chosen)  # finds the reservation place() made
+        except Unschedulable as exc:
+            self.metrics.decisions.labels(result=Result.UNSCHEDULABLE.value).inc()
+            self._event_failed(pod, f"node {chosen}: {exc}")
+            return None
+        self.metrics.decisions.labels(result=Result.SCHEDULED.value).inc()
+        gpus = ", ".join(f"{g.uuid} ({g.core_percent}% core, {g.memory_bytes} bytes)" for g in signed.allocation.gpus)
+        self._event(pod, f"Successfully assigned {pods.key(pod)} to {chosen}" + (f"; GPUs {gpus}" if gpus else ""), failed=False)
+        return signed
+
+    def report_devices(self, devices: NodeDevices) -> list[str]:
+        self._backend.store_devices(devices)
+        return self.on_devices_lines(devices)
+
+    def get_pod(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._backend.get_pod(namespace=namespace, name=name)
+
+    def node_views(self, names_: Sequence[str] | None = None) -> list[NodeView]:
+        with self._lock:
+            return list(self._core.node_views([NodeName(n) for n in names_] if names_ else None))
+
+    def allocation_of(self, uid: str) -> tuple[NodeName, Allocation] | None:
+        with self._lock:
+            return self._core.allocation_of(PodUID(uid))
+
+    def tick(self, *, refresh_gauges: bool = True) -> list[PodUID]:
+        """Housekeeping: expires stale reservations; refreshes the allocation gauges when asked."""
+        with self._lock:
+            expired = self._core.expire_assumed()
+            views = self._core.node_views(None) if refresh_gauges else []
+        for uid in expired:
+            log.warning("reservation of pod %s expired: bind never came", uid)
+        if refresh_gauges:
+            self.metrics.set_allocation(views)
+        return expired
+
+    # --- state feed (StateSink) --------------------------------------------------------
+
+    def load(self, snapshot: Snapshot) -> None:
+        with self.metrics.timed(Phase.REBUILD):
+            core = self._core_factory()
+            gpus: dict[str, frozenset[str]] = {}
+            orphans: list[str] = []
+            for devices in snapshot.devices:
+                gpus[devices.node_name] = boundpods.gpu_uuids(devices)
+                orphans.extend(core.upsert_node_devices(devices))
+            for info in snapshot.nodes:
+                core.upsert_node_info(info)
+            bound: dict[str, NodeName] = {}
+            for pod in snapshot.pods:
+                if pods.holds_resources(pod):
+                    orphans.extend(boundpods.add_bound(core, pod, gpus=gpus, rules=self._rules(), key=self._key))
+                    bound[pods.uid(pod)] = NodeName(pods.node_name(pod))
+            with self._lock:
+                self._core = core
+                self._gpus = gpus
+                self._bound = bound
+                self._loaded = True
+        self._report_orphans(orphans)
+        log.info("state rebuilt: %d nodes with devices, %d bound pods", len(snapshot.devices), len(snapshot.pods))
+
+    def resync(self, backend: Backend) -> None:
+        """Rebuilds from a fresh listing, holding the lock so no feed event lands in between and is lost."""
+        with self._lock:
+            self.load(backend.snapshot())
+
+    def on_devices(self, devices: NodeDevices) -> None:
+        self.on_devices_lines(devices)
+
+    def on_devices_lines(self, devices: NodeDevices) -> list[str]:
+        with self._lock:
+            self._gpus[devices.node_name] = boundpods.gpu_uuids(devices)
+            lines = self._core.upsert_node_devices(devices)
+        self._report_orphans(lines)
+        return lines
+
+    def on_devices_removed(self, node: NodeName) -> None:
+        # Bound pods on the node stay counted: the GPUs may come back, and
+        # their allocations are reported as orphaned by the core's own view.
+        with self._lock:
+            self._gpus[node] = frozenset()
+            lines = self._core.upsert_node_devices(NodeDevices(node_name=node))
+        self._report_orphans(lines)
+
+    def on_node(self, info: NodeInfo) -> None:
+        with self._lock:
+            self._core.upsert_node_info(info)
+
+    def on_node_removed(self, node: NodeName) -> None:
+        with self._lock:
+            self._gpus.pop(node, None)
+            self._core.remove_node(node)
+
+    def on_pod(self, pod: Mapping[str, Any]) -> None:
+        if pods.holds_resources(pod):
+            if self.pending is not None:
+                self.pending.discard(pods.uid(pod))
+            with self._lock:
+                orphans = boundpods.add_bound(self._core, pod, gpus=self._gpus, rules=self._rules(), key=self._key)
+                self._bound[pods.uid(pod)] = NodeName(pods.node_name(pod))
+            self._report_orphans(orphans)
+        elif pods.is_terminated(pod):
+            self.on_pod_removed(pod)
+        elif self.pending is not None:
+            if pods.wants_us(pod):
+                self.pending.add(pod)
+            else:
+                self.pending.discard(pods.uid(pod))
+
+    def on_pod_removed(self, pod: Mapping[str, Any]) -> None:
+        uid = pods.uid(pod)
+        with self._lock:
+            held = self._core.allocation_of(uid) is not None
+            self._bound.pop(uid, None)
+            self._core.unreserve(uid)
+            self._core.remove_pod(uid)
+        if self._recorder is not None:
+            self._recorder.forget(uid)
+        if self.pending is not None:
+            self.pending.discard(uid)
+            if held:
+                self.pending.all_due_now()
+
+    # --- internals -----------------------------------------------------------------
+
+    def _reserve_locked(self, request: PodRequest, node: NodeName) -> Allocation:
+        if not request.uid:
+            raise InvalidRequest(f"pod {request.key}: metadata.uid is required to reserve or bind (the signature covers it)")
+        bound_to = self._bound.get(request.uid)
+        if bound_to is not None and bound_to != node:
+            raise Conflict(f"pod {request.key} (uid {request.uid}) is bound to node {bound_to} already, not {node}")
+        existing = self._core.allocation_of(request.uid)
+        if existing is not None:
+            if existing[0] == node:
+                return existing[1]
+            self._core.unreserve(request.uid)
+        try:
+            return self._core.reserve(request, node)
+        except SchedulingError as exc:
+            raise Unschedulable(f"pod {request.key} does not fit on node {node}: {exc}") from exc
+
+    def _signed(self, uid: PodUID, node: NodeName, allocation: Allocation) -> SignedAllocation:
+        if self._key is None:
+            raise Unavailable("this scheduler has no signing key (read-only view); give --signing-key to bind")
+        annotations = allocation_annotations(self._key, pod_uid=uid, node_name=node, allocation=allocation)
+        return SignedAllocation(node=node, allocation=allocation, annotations=annotations)
+
+    def _report_orphans(self, lines: Sequence[str]) -> None:
+        # Each device update repeats the core's lines; report each orphan once.
+        for line in lines:
+            if line in self._reported:
+                continue
+            self._reported.add(line)
+            log.error("allocation on a GPU that no longer exists: %s", line)
+            self.metrics.orphaned_allocations.inc()
+            self.orphans.append(line)
+
+    def _require_loaded(self) -> None:
+        if not self._loaded:
+            raise Unavailable("scheduler state is still loading; retry in a moment")
+
+    def _require_leader(self) -> None:
+        self._require_loaded()
+        if not self._is_leader():
+            raise NotLeader("this fgpu-scheduler instance is a standby; the leader binds pods")
+
+    def _event_failed(self, pod: Mapping[str, Any], message: str) -> None:
+        self._event(pod, message, failed=True)
+
+    def _event(self, pod: Mapping[str, Any], message: str, *, failed: bool) -> None:
+        if self._recorder is None:
+            return
+        try:
+            if failed:
+                self._recorder.failed(pod, message)
+            else:
+                self._recorder.scheduled(pod, message)
+        except Exception as exc:  # an Event is a courtesy; never fail scheduling for it
+            log.warning("could not post event for %s: %s", pods.key(pod), exc)
+
+
+def _describe(exc: BaseException) -> str:
+    errors = getattr(exc, "errors", None)
+    if isinstance(errors, list) and errors:
+        return "; ".join(str(e) for e in errors)
+    return str(exc)

@@ -1,0 +1,155 @@
+"""Reading the Alibaba GPU trace's CSV format (cluster-trace-gpu-v2023, "openb").
+
+Nodes: `sn,cpu_milli,memory_mib,gpu,model`. Pods: `name,cpu_milli,memory_mib,num_gpu,gpu_milli`
+followed, in most files, by `gpu_spec,qos,pod_phase,...` (only `gpu_spec` matters here).
+Every error names the file, the line, the column, the value and the fix, so a hand-edited
+trace is easy to repair.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+MILLI_PER_GPU = 1000
+#: bytes per MiB (the trace gives memory in MiB)
+MIB = 1 << 20
+
+
+class TraceError(ValueError):
+    """A trace file is missing, malformed or holds an impossible value."""
+
+
+@dataclass(frozen=True)
+class TraceNode:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+    model: str
+
+
+@dataclass(frozen=True)
+class TracePod:
+    """One pod of the trace. `gpu_milli` is per GPU (1000 = a whole GPU)."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int
+    #: GPU models the pod may run on; empty = any
+    gpu_spec: tuple[str, ...] = ()
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return self.num_gpu * self.gpu_milli
+
+    @property
+    def is_sharing(self) -> bool:
+        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI_PER_GPU
+
+
+_NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+_POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+
+
+def _rows(path: str | Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
+    try:
+        handle = open(path, newline="", encoding="utf-8")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot open trace file ({exc.strerror}); pass the path of an openb CSV") from exc
+    with handle:
+        reader = csv.DictReader(handle)
+        header = reader.fieldnames or []
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise TraceError(
+                f"{path}: header {','.join(header) or '(empty)'} lacks column(s) {','.join(missing)}; "
+                f"expected at least {','.join(required)}"
+            )
+        yield from enumerate(reader, start=2)
+
+
+def _int(path: str | Path, line: int, row: dict[str, str], column: str, *, low: int, high: int | None = None) -> int:
+    raw = (row.get(column) or "").strip()
+    try:
+        value = int(raw)
+    except ValueError:
+        raise TraceError(f"{path}:{line}: column {column} = {raw!r} is not an integer; write a whole number") from None
+    if value < low or (high is not None and value > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise TraceError(f"{path}:{line}: column {column} = {value} is out of range; use a value in {bound}")
+    return value
+
+
+def read_nodes(path: str | Path) -> list[TraceNode]:
+    """The nodes of a node-list CSV, in file order."""
+    nodes: list[TraceNode] = []
+    seen: set[str] = set()
+    for line, row in _rows(path, _NODE_COLUMNS):
+        name = (row.get("sn") or "").strip()
+        if not name or name in seen:
+            problem = "is empty" if not name else "repeats an earlier node"
+            raise TraceError(f"{path}:{line}: column sn = {name!r} {problem}; give every node a unique name")
+        seen.add(name)
+        gpus = _int(path, line, row, "gpu", low=0, high=64)
+        model = (row.get("model") or "").strip()
+        if gpus and not model:
+            raise TraceError(f"{path}:{line}: column model is empty for a node with {gpus} GPU(s); name its GPU model")
+        nodes.append(
+            TraceNode(
+                name=name,
+                cpu_milli=_int(path, line, row, "cpu_milli", low=0),
+                memory_mib=_int(path, line, row, "memory_mib", low=0),
+                gpus=gpus,
+                model=model,
+            )
+        )
+    if not nodes:
+        raise TraceError(f"{path}: no nodes; the node list needs at least one row")
+    return nodes
+
+
+def read_pods(path: str | Path) -> list[TracePod]:
+    """The pods of a pod-list CSV, in file order."""
+    pods: list[TracePod] = []
+    for line, row in _rows(path, _POD_COLUMNS):
+        name = (row.get("name") or "").strip()
+        if not name:
+            raise TraceError(f"{path}:{line}: column name is empty; give every pod a name")
+        num_gpu = _int(path, line, row, "num_gpu", low=0, high=64)
+        gpu_milli = _int(path, line, row, "gpu_milli", low=0, high=MILLI_PER_GPU)
+        if gpu_milli % 10:
+            raise TraceError(
+                f"{path}:{line}: column gpu_milli = {gpu_milli} is not a multiple of 10; "
+                "round it to whole GPU percent (gpu_milli/10 is the core and memory percent)"
+            )
+        if num_gpu == 0 and gpu_milli:
+            raise TraceError(
+                f"{path}:{line}: gpu_milli = {gpu_milli} with num_gpu = 0; set num_gpu >= 1 or gpu_milli = 0"
+            )
+        if num_gpu and not gpu_milli:
+            raise TraceError(f"{path}:{line}: num_gpu = {num_gpu} with gpu_milli = 0; set gpu_milli to 10..1000")
+        if num_gpu > 1 and gpu_milli < MILLI_PER_GPU:
+            raise TraceError(
+                f"{path}:{line}: num_gpu = {num_gpu} with gpu_milli = {gpu_milli}; "
+                "a sharing pod asks for one GPU, so use num_gpu = 1 or gpu_milli = 1000"
+            )
+        spec_raw = (row.get("gpu_spec") or "").strip()
+        spec = tuple(sorted({m.strip() for m in spec_raw.split("|") if m.strip()})) if spec_raw else ()
+        pods.append(
+            TracePod(
+                name=name,
+                cpu_milli=_int(path, line, row, "cpu_milli", low=0),
+                memory_mib=_int(path, line, row, "memory_mib", low=0),
+                num_gpu=num_gpu,
+                gpu_milli=gpu_milli,
+                gpu_spec=spec if num_gpu else (),
+            )
+        )
+    if not pods:
+        raise TraceError(f"{path}: no pods; the pod list needs at least one row")
+    return pods

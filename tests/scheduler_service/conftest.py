@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from scheduler_plugin.backend_embedded import EmbeddedBackend
+from scheduler_plugin.core.scheduler import Scheduler
+from scheduler_plugin.scheduling import SchedulingService
+
+KEY = b"test-cluster-key"
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> str:
+    path = tmp_path / "signing-key"
+    path.write_bytes(KEY + b"\n")
+    return str(path)
+
+
+@pytest.fixture
+def embedded_service(tmp_path: Path) -> Iterator[Callable[[], SchedulingService]]:
+    """Builds a service on one SQLite file; calling it again is a scheduler restart."""
+    db = str(tmp_path / "state.db")
+    opened: list[EmbeddedBackend] = []
+
+    def build() -> SchedulingService:
+        for backend in opened:
+            backend.stop()
+        opened.clear()
+        backend = EmbeddedBackend(path=db)
+        opened.append(backend)
+        service = SchedulingService(core_factory=Scheduler, backend=backend, signing_key=KEY)
+        backend.start(service)
+        return service
+
+    yield build
+    for backend in opened:
+        backend.stop()
