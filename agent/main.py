@@ -158,7 +158,10 @@ def run_daemon(config: AgentConfig, *, node_name: str) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     agent.start()
-    stopping.wait()
+    # Poll rather than block: a signal caught by a gRPC core thread only sets a flag, and the
+    # handler runs once the main thread wakes; an untimed wait could sleep through SIGTERM.
+    while not stopping.wait(timeout=0.5):
+        pass
     agent.stop(5.0)
     return 0
 

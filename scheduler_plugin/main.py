@@ -102,7 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         print(f"fgpu-scheduler: cannot start: {exc}", file=sys.stderr)
         return 1
-    done.wait()
+    # Poll rather than block: a signal caught by a gRPC core thread only sets a flag, and the
+    # handler runs once the main thread wakes; an untimed wait could sleep through SIGTERM.
+    while not done.wait(timeout=0.5):
+        pass
     app.stop(5.0)
     return 0
 

@@ -67,6 +67,8 @@ class ClusterState:
         self.node_core_free: Int64Array = np.zeros(0, dtype=np.int64)
         self.node_mem_total: Int64Array = np.zeros(0, dtype=np.int64)
         self.node_mem_free: Int64Array = np.zeros(0, dtype=np.int64)
+        #: the node has GPUs of more than one model (multi-card pods need per-model checks)
+        self.mixed_models: BoolArray = np.zeros(0, dtype=np.bool_)
         #: memory of the node's largest GPU
         self.node_mem_max: Int64Array = np.zeros(0, dtype=np.int64)
         # GPU arrays, shape (capacity, max_gpus)
@@ -100,6 +102,7 @@ class ClusterState:
         "node_mem_total",
         "node_mem_free",
         "node_mem_max",
+        "mixed_models",
     )
     _GPU_FIELDS = (
         "gpu_present",

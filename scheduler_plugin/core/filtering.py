@@ -125,8 +125,12 @@ def fit(
         if model_ok is not None:
             mig &= model_ok
         gpu_ok |= mig.any(axis=1)
-    if demand.gpus > 1 and constraints.scope in SCOPE_GROUPS:
-        gpu_ok &= largest_group_count(state, rows, fits, constraints.scope) >= demand.gpus
+    if demand.gpus > 1:
+        if constraints.scope in SCOPE_GROUPS:
+            gpu_ok &= largest_group_count(state, rows, fits, constraints.scope) >= demand.gpus
+        # A pod's cards are all of one model; only nodes that mix models need the per-model look.
+        for i in np.flatnonzero(gpu_ok & take(state.mixed_models)).tolist():
+            gpu_ok[i] = bool(models_that_fit(state, int(rows[i]), fits[i], constraints.scope, demand.gpus))
     feasible &= gpu_ok
     return FitResult(rows, feasible, fits, mig)
 
@@ -151,6 +155,25 @@ def largest_group_count(
     same = (groups[:, :, None] == np.arange(width)) & fits[:, :, None]
     counts: npt.NDArray[np.int64] = same.sum(axis=1).max(axis=1)
     return counts
+
+
+def models_that_fit(state: ClusterState, slot: int, fits_row: BoolArray, scope: str, cards: int) -> list[int]:
+    """Model ids whose fitting GPUs on the node can hold all `cards` (inside one scope group,
+    when a scope is required), tightest first: the fewest fitting GPUs, then the model name."""
+    models = state.model_id[slot]
+    candidates = []
+    for model in sorted(set(models[fits_row].tolist())):
+        mine = fits_row & (models == model)
+        count = int(np.count_nonzero(mine))
+        if count < cards:
+            continue
+        if (
+            scope in SCOPE_GROUPS
+            and largest_group_count(state, np.array([slot]), mine[None, :], scope)[0] < cards
+        ):
+            continue
+        candidates.append((count, state.models[model], model))
+    return [model for _, _, model in sorted(candidates)]
 
 
 def slots_for(state: ClusterState, names: Sequence[str]) -> SlotArray:

@@ -288,3 +288,80 @@ class FragmentationIndex:
             workload=self.workload,
         )
         return (fragment - self.fragment[rows]) @ self.workload.weight
+
+
+class HoleWaste:
+    """The share of a partly used GPU expected to stay unused for good: a look-ahead over the workload.
+
+    FGD asks whether the *next* pod could use a GPU's free share. This asks what happens when pods
+    keep arriving from the target workload and each lands in the hole if it fits: a hole of r milli
+    ends with waste V(r), where V(r) = r when no allowed shape fits and otherwise the
+    frequency-weighted mean of V(r - m) over the shapes of per-GPU request m <= r (multi-GPU shapes
+    count once per GPU). So a 530 hole, which a 470 pod will likely fill, is cheap, and a 190 hole,
+    which almost nothing fills, costs about its size. Which shapes are allowed depends on the node
+    (its model, and its CPU: a shape needing more CPU than is left never comes), so there is one V
+    table per distinct allowed set, built on first use.
+    """
+
+    STEP = 10
+
+    def __init__(self, workload: TargetWorkload) -> None:
+        self.workload = workload
+        gpu = workload.gpu_shape
+        self._gpu = gpu
+        self._request = np.where(gpu, np.minimum(workload.milli, MILLI), 0) // self.STEP
+        self._rate = workload.weight * np.where(gpu, np.maximum(workload.num, 1), 0)
+        self._ids: dict[bytes, int] = {}
+        self._tables: list[FloatArray] = []
+        self.table: FloatArray = np.zeros((0, MILLI // self.STEP + 1))
+
+    def _build(self, allowed: BoolArray) -> FloatArray:
+        size = MILLI // self.STEP + 1
+        request = self._request[allowed & self._gpu]
+        rate = self._rate[allowed & self._gpu]
+        values = np.zeros(size)
+        for r in range(1, size):
+            fit = request <= r
+            if not fit.any() or rate[fit].sum() <= 0:
+                values[r] = r * self.STEP
+            else:
+                values[r] = float((rate[fit] * values[r - request[fit]]).sum() / rate[fit].sum())
+        return values
+
+    def table_ids(self, *, model_ok: BoolArray, cpu_free: IntArray) -> IntArray:
+        """The V table of each node (rows of `model_ok` / `cpu_free`)."""
+        allowed = model_ok & (cpu_free[:, None] >= self.workload.cpu[None, :])
+        packed = np.packbits(allowed, axis=1)
+        keys, inverse = np.unique(packed, axis=0, return_inverse=True)
+        ids = np.empty(len(keys), dtype=np.int64)
+        grew = False
+        for k, key in enumerate(keys):
+            raw = key.tobytes()
+            known = self._ids.get(raw)
+            if known is None:
+                first = int(np.flatnonzero(inverse.ravel() == k)[0])
+                known = len(self._tables)
+                self._tables.append(self._build(allowed[first]))
+                self._ids[raw] = known
+                grew = True
+            ids[k] = known
+        if grew:
+            self.table = np.vstack(self._tables)
+        result: IntArray = ids[inverse.ravel()]
+        return result
+
+    def node_waste(self, free: IntArray, ids: IntArray) -> FloatArray:
+        """Expected eventual waste (milli-GPU) per node: the sum over its GPUs."""
+        result: FloatArray = self.table[ids[:, None], free // self.STEP].sum(axis=1)
+        return result
+
+    def sharing_deltas(self, *, free: IntArray, ids_before: IntArray, ids_after: IntArray, gpu_milli: int) -> FloatArray:
+        """(K, G): change of the node's waste when a share of `gpu_milli` lands on each GPU."""
+        table = self.table
+        before = self.node_waste(free, ids_before)
+        after_all = self.node_waste(free, ids_after)
+        cells = free // self.STEP
+        left = np.maximum(free - gpu_milli, 0) // self.STEP
+        after = after_all[:, None] - table[ids_after[:, None], cells] + table[ids_after[:, None], left]
+        result: FloatArray = after - before[:, None]
+        return result

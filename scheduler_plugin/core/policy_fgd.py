@@ -107,10 +107,10 @@ class FragmentationTracker:
         self.index.set_rows(rows, free=free_milli(state, rows), cpu_free=cpu, model_ok=model_ok)
 
 
-def fgd_score(delta: FloatArray) -> FloatArray:
-    """int(100 * sigmoid(-Δ/1000)), the paper's integer score; NOT_FIT where Δ is +inf."""
+def fgd_score(delta: FloatArray, *, scale: float = MILLI) -> FloatArray:
+    """int(100 * sigmoid(-Δ/scale)), the paper's integer score (scale 1000); NOT_FIT where Δ is +inf."""
     with np.errstate(over="ignore"):
-        raw = (1.0 / (1.0 + np.exp(delta / MILLI))) * 100.0
+        raw = (1.0 / (1.0 + np.exp(delta / scale))) * 100.0
     result: FloatArray = np.where(np.isinf(delta), NOT_FIT, np.trunc(raw))
     return result
 
@@ -131,47 +131,49 @@ def demand_key(demand: Demand) -> DemandKey:
 
 
 @dataclass
-class NodeScores:
-    """Cached per-node results for one demand shape, valid while `version` matches the index."""
+class NodeDeltas:
+    """Cached per-GPU fragmentation changes for one demand shape, valid while `version` matches the index.
 
-    score: FloatArray
-    gpu: IntArray
+    `delta[row, g]` is the change of putting (one card of) the demand on GPU g of the row; +inf where
+    it can't go. Demands that don't choose a GPU (whole GPUs, CPU only) use column 0 only.
+    """
+
+    delta: FloatArray
     version: IntArray
 
     @classmethod
-    def empty(cls, capacity: int) -> NodeScores:
-        return cls(
-            score=np.full(capacity, NOT_FIT),
-            gpu=np.full(capacity, -1, dtype=np.int64),
-            version=np.full(capacity, -1, dtype=np.int64),
-        )
+    def empty(cls, capacity: int, width: int) -> NodeDeltas:
+        return cls(delta=np.full((capacity, width), np.inf), version=np.full(capacity, -1, dtype=np.int64))
 
-    def fit(self, capacity: int) -> None:
-        if len(self.score) < capacity:
-            extra = capacity - len(self.score)
-            self.score = np.concatenate([self.score, np.full(extra, NOT_FIT)])
-            self.gpu = np.concatenate([self.gpu, np.full(extra, -1, dtype=np.int64)])
-            self.version = np.concatenate([self.version, np.full(extra, -1, dtype=np.int64)])
+    def fit(self, capacity: int, width: int) -> None:
+        rows, cols = self.delta.shape
+        if rows < capacity or cols < width:
+            grown = np.full((max(rows, capacity), max(cols, width)), np.inf)
+            grown[:rows, :cols] = self.delta
+            self.delta = grown
+            self.version = np.concatenate([self.version, np.full(max(0, capacity - rows), -1, dtype=np.int64)])
 
 
 class CachedScorePolicy(BasePolicy):
-    """A policy whose node scores depend only on the node's row and the demand: cached per version.
+    """A policy scoring nodes by an integer sigmoid of a per-GPU change that depends only on the
+    node's row and the demand (cached per node version), plus an optional term that depends on
+    the whole cluster (`dynamic`, recomputed every decision).
 
-    Subclasses implement `compute(rows, demand, fits) -> (scores, share GPU or -1)`.
+    Subclasses implement `deltas(rows, demand, fits) -> (K, G)` (or (K, 1)).
     """
 
-    #: how many demand shapes to keep cached (least recently added dropped first)
+    #: how many demand shapes to keep cached (oldest dropped first)
     max_cached_shapes = 512
+    #: milli-GPU of change that moves the sigmoid score by about 25 points
+    score_scale: float = MILLI
 
     def __init__(self, context: PolicyContext, *, workload: TargetWorkload | None = None) -> None:
         super().__init__(context)
         chosen = workload or context.options.get("workload") or GENERIC_WORKLOAD
         if not isinstance(chosen, TargetWorkload):
-            raise TypeError(
-                f"policy {self.name!r}: options['workload'] is a {type(chosen).__name__}; pass a TargetWorkload"
-            )
+            raise TypeError(f"policy {self.name!r}: options['workload'] is a {type(chosen).__name__}; pass a TargetWorkload")
         self.tracker = FragmentationTracker(self.state, chosen)
-        self._cache: dict[DemandKey, NodeScores] = {}
+        self._cache: dict[DemandKey, NodeDeltas] = {}
 
     @property
     def index(self) -> FragmentationIndex:
@@ -183,45 +185,54 @@ class CachedScorePolicy(BasePolicy):
     def state_resized(self) -> None:
         self.tracker.state_resized()
 
-    def compute(self, rows: SlotArray, demand: Demand, fits: BoolMatrix) -> tuple[FloatArray, IntArray]:
+    def deltas(self, rows: SlotArray, demand: Demand, fits: BoolMatrix) -> FloatArray:
         raise NotImplementedError
 
-    def _entry(self, demand: Demand) -> NodeScores:
+    def dynamic(self, rows: SlotArray, demand: Demand, delta: FloatArray) -> FloatArray:
+        """Extra change from cluster-wide state, same shape as `delta`; none by default."""
+        return delta
+
+    def _entry(self, demand: Demand) -> NodeDeltas:
         key = demand_key(demand)
         entry = self._cache.get(key)
+        width = self.index.max_gpus
         if entry is None:
             if len(self._cache) >= self.max_cached_shapes:
                 self._cache.pop(next(iter(self._cache)))
-            entry = NodeScores.empty(self.index.capacity)
+            entry = NodeDeltas.empty(self.index.capacity, width)
             self._cache[key] = entry
-        entry.fit(self.index.capacity)
+        entry.fit(self.index.capacity, width)
         return entry
 
-    def score(self, nodes: SlotArray, demand: Demand, fits: BoolMatrix) -> FloatArray:
+    def _deltas_of(self, nodes: SlotArray, demand: Demand, fits: BoolMatrix) -> FloatArray:
         self.tracker.refresh()
         entry = self._entry(demand)
         version = self.index.version[nodes]
         stale = entry.version[nodes] != version
         if stale.any():
             rows = nodes[stale]
-            scores, gpus = self.compute(rows, demand, fits[stale])
-            entry.score[rows] = scores
-            entry.gpu[rows] = gpus
+            fresh = self.deltas(rows, demand, fits[stale])
+            entry.delta[rows] = np.inf
+            entry.delta[rows, : fresh.shape[1]] = fresh
             entry.version[rows] = version[stale]
-        result: FloatArray = entry.score[nodes]
+        return self.dynamic(nodes, demand, entry.delta[nodes])
+
+    def score(self, nodes: SlotArray, demand: Demand, fits: BoolMatrix) -> FloatArray:
+        scores = fgd_score(self._deltas_of(nodes, demand, fits), scale=self.score_scale)
+        result: FloatArray = scores.max(axis=1)
         return result
 
     def choose_share_gpus(self, node: int, demand: Demand, fitting: SlotArray) -> Sequence[int]:
         if demand.gpus != 1:
             return super().choose_share_gpus(node, demand, fitting)
-        self.tracker.refresh()
-        entry = self._entry(demand)
-        if entry.version[node] == self.index.version[node] and int(entry.gpu[node]) in set(fitting.tolist()):
-            return [int(entry.gpu[node])]
-        fits = np.zeros((1, self.index.max_gpus), dtype=np.bool_)
+        fits = np.zeros((1, self.state.max_gpus), dtype=np.bool_)
         fits[0, fitting] = True
-        _, gpus = self.compute(np.array([node], dtype=np.intp), demand, fits)
-        return [int(gpus[0])] if gpus[0] >= 0 else super().choose_share_gpus(node, demand, fitting)
+        scores = fgd_score(self._deltas_of(np.array([node], dtype=np.intp), demand, fits), scale=self.score_scale)[0]
+        allowed = np.full(len(scores), False)
+        allowed[fitting[fitting < len(scores)]] = True
+        scores = np.where(allowed, scores, -np.inf)
+        best = int(np.argmax(scores))  # first maximum: lowest GPU index among equal scores
+        return [best] if allowed[best] and scores[best] > NOT_FIT else super().choose_share_gpus(node, demand, fitting)
 
 
 class FGDPolicy(CachedScorePolicy):
@@ -232,21 +243,13 @@ class FGDPolicy(CachedScorePolicy):
         if demand.is_share and demand.gpus == 1:
             delta = self.index.sharing_deltas(rows, cpu_milli=demand.cpu_milli, gpu_milli=share_milli(demand))
             fit_cols = np.zeros_like(delta, dtype=np.bool_)
-            fit_cols[:, : fits.shape[1]] = fits[:, : delta.shape[1]]
+            width = min(fits.shape[1], delta.shape[1])
+            fit_cols[:, :width] = fits[:, :width]
             result: FloatArray = np.where(fit_cols, delta, np.inf)
             return result
         milli = share_milli(demand) if demand.gpus else 0
-        exclusive = self.index.exclusive_deltas(
-            rows, cpu_milli=demand.cpu_milli, gpu_milli=milli, num_gpu=demand.gpus
-        )
+        exclusive = self.index.exclusive_deltas(rows, cpu_milli=demand.cpu_milli, gpu_milli=milli, num_gpu=demand.gpus)
         return exclusive[:, None]
-
-    def compute(self, rows: SlotArray, demand: Demand, fits: BoolMatrix) -> tuple[FloatArray, IntArray]:
-        scores = fgd_score(self.deltas(rows, demand, fits))
-        if scores.shape[1] == 1:
-            return scores[:, 0], np.full(len(rows), -1, dtype=np.int64)
-        best = np.argmax(scores, axis=1)  # first maximum: lowest GPU index among equal scores
-        return scores[np.arange(len(rows)), best], best.astype(np.int64)
 
 
 register_policy("fgd", FGDPolicy)

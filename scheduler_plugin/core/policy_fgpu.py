@@ -32,12 +32,13 @@ from collections.abc import Mapping
 import numpy as np
 
 from scheduler_plugin.core.demand import Demand
-from scheduler_plugin.core.fragmentation import FloatArray, TargetWorkload
+from scheduler_plugin.core.fragmentation import FloatArray, HoleWaste, TargetWorkload
 from scheduler_plugin.core.policies import BoolMatrix, PolicyContext, SlotArray, register_policy
 from scheduler_plugin.core.policy_fgd import FGDPolicy, share_milli
 
-PARAMS = ("strand_weight", "cpu_per_gpu_milli", "memory_per_gpu_milli")
-DEFAULT_STRAND_WEIGHT = 2.0
+PARAMS = ("strand_weight", "hole_weight", "cpu_per_gpu_milli", "memory_per_gpu_milli")
+DEFAULT_STRAND_WEIGHT = 3.0
+DEFAULT_HOLE_WEIGHT = 0.3
 #: re-estimate learnt ratios at least this often (pods seen)
 _RELEARN_EVERY = 4096
 
@@ -107,6 +108,8 @@ class FGPUPolicy(FGDPolicy):
         given = context.options.get("workload")
         self.ratios = _ratios_for(given if isinstance(given, TargetWorkload) else None, context.params)
         self.strand_weight = float(context.params.get("strand_weight", DEFAULT_STRAND_WEIGHT))
+        self.hole_weight = float(context.params.get("hole_weight", DEFAULT_HOLE_WEIGHT))
+        self.holes = HoleWaste(self.index.workload)
 
     def stranded(self, idle: FloatArray, cpu_free: FloatArray, memory_free: FloatArray) -> FloatArray:
         """GPU (milli) that the node's CPU or memory can't feed, per node; untracked resources are +inf."""
@@ -124,8 +127,31 @@ class FGPUPolicy(FGDPolicy):
 
     def deltas(self, rows: SlotArray, demand: Demand, fits: BoolMatrix) -> FloatArray:
         fragment = super().deltas(rows, demand, fits)
+        if self.hole_weight:
+            fragment = fragment + self.hole_weight * self.hole_deltas(rows, demand, wide=fragment.shape[1] > 1)
         if not self.strand_weight:
             return fragment
+        return fragment + self.strand_weight * self.strand_deltas(rows, demand)[:, None]
+
+    def hole_deltas(self, rows: SlotArray, demand: Demand, *, wide: bool) -> FloatArray:
+        """Change of the expected eventual waste of the node's holes: (K, G) for a share, else (K, 1)."""
+        index = self.index
+        free = index.free[rows]
+        model_ok = index.model_ok[rows]
+        cpu = index.cpu_free[rows]
+        before = self.holes.table_ids(model_ok=model_ok, cpu_free=cpu)
+        after = self.holes.table_ids(model_ok=model_ok, cpu_free=cpu - demand.cpu_milli) if demand.cpu_milli else before
+        if wide:
+            return self.holes.sharing_deltas(
+                free=free, ids_before=before, ids_after=after, gpu_milli=share_milli(demand)
+            )
+        milli = share_milli(demand) if demand.gpus else 0
+        taken = index.exclusive_after(rows, gpu_milli=milli, num_gpu=demand.gpus)
+        change = self.holes.node_waste(taken, after) - self.holes.node_waste(free, before)
+        return change[:, None]
+
+    def strand_deltas(self, rows: SlotArray, demand: Demand) -> FloatArray:
+        """Change of the node's stranded GPU (milli), per node."""
         state = self.state
         idle = self.index.free[rows].sum(axis=1).astype(np.float64)
         cpu = np.where(state.cpu_alloc[rows] > 0, state.cpu_free[rows], np.inf)
@@ -133,7 +159,7 @@ class FGPUPolicy(FGDPolicy):
         used = share_milli(demand) * demand.gpus if demand.gpus else 0
         before = self.stranded(idle, cpu, memory)
         after = self.stranded(idle - used, cpu - demand.cpu_milli, memory - demand.host_memory_bytes)
-        result: FloatArray = fragment + self.strand_weight * (after - before)[:, None]
+        result: FloatArray = after - before
         return result
 
 

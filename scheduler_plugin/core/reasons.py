@@ -142,10 +142,10 @@ def _gpu_reason(state: ClusterState, record: NodeRecord, slot: int, constraints:
         return Reason(f"node has {total} GPU{'s' if total != 1 else ''}, pod needs {need}", True)
     healthy = [gpu for gpu in allowed if gpu.healthy]
     if len(healthy) < demand.gpus:
-        sick = "; ".join(
-            f"GPU {g.index}: {g.health_reason}" for g in allowed if not g.healthy and g.health_reason
-        )
-        detail = f" ({sick})" if sick else ""
+        sick = [f"GPU {g.index}: {g.health_reason}" for g in allowed if not g.healthy and g.health_reason]
+        if len(sick) > _MAX_LISTED:
+            sick = [*sick[:_MAX_LISTED], f"{len(sick) - _MAX_LISTED} more"]
+        detail = f" ({'; '.join(sick)})" if sick else ""
         return Reason(f"{len(healthy)} of {total} GPUs healthy, pod needs {need}{detail}", True)
     mig_ok = demand.is_share and demand.gpus == 1 and any(g.mig_enabled for g in healthy)
     usable = [gpu for gpu in healthy if record.usable(record.slot_by_uuid[gpu.uuid])]
@@ -185,6 +185,15 @@ def _gpu_reason(state: ClusterState, record: NodeRecord, slot: int, constraints:
         return Reason(f"{fitting} of {total} GPUs fully free, pod needs {need}", False)
     if not demand.whole and fitting < demand.gpus:
         return Reason(_share_reason(record, state, slot, demand, gpu_slots, fitting, need), False)
+    if demand.gpus > 1 and len({gpu.model_label for gpu in usable}) > 1:
+        per_model = _fitting_per_model(record, fits_row)
+        if max(per_model.values(), default=0) < demand.gpus:
+            word = "fully free" if demand.whole else "fitting"
+            counts = ", ".join(f"{model}: {n}" for model, n in sorted(per_model.items()))
+            return Reason(
+                f"no GPU model has {demand.gpus} {word} GPUs ({counts}); all cards of a pod are of one model",
+                False,
+            )
     if constraints.scope in SCOPE_GROUPS:
         best = int(largest_group_count(state, np.array([slot]), fits_row[None, :], constraints.scope)[0])
         kind = _SCOPE_WORDS[constraints.scope]
@@ -195,6 +204,14 @@ def _gpu_reason(state: ClusterState, record: NodeRecord, slot: int, constraints:
             False,
         )
     return Reason(f"node cannot take {need}", False)
+
+
+def _fitting_per_model(record: NodeRecord, fits_row: BoolArray) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for slot in np.flatnonzero(fits_row).tolist():
+        model = record.gpus[slot].model_label
+        counts[model] = counts.get(model, 0) + 1
+    return counts
 
 
 def _fits_row(state: ClusterState, slot: int, demand: Demand, constraints: Constraints) -> BoolArray:

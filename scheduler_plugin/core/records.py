@@ -174,6 +174,7 @@ def write_node_row(state: ClusterState, record: NodeRecord, slot: int) -> None:
     state.node_mem_total[slot] = sum(mem_total)
     state.node_mem_free[slot] = sum(mem_free)
     state.node_mem_max[slot] = max(mem_total, default=0)
+    state.mixed_models[slot] = len(set(model_id[:count])) > 1
     if any(mig_free):
         state.mig_rows.add(slot)
     else:

@@ -34,7 +34,7 @@ from scheduler_plugin.core.api import (
 )
 from scheduler_plugin.core.cluster import ClusterState
 from scheduler_plugin.core.demand import demand_of
-from scheduler_plugin.core.filtering import SCOPES, Constraints, FitResult, fit, model_table
+from scheduler_plugin.core.filtering import SCOPES, Constraints, FitResult, fit, model_table, models_that_fit
 from scheduler_plugin.core.jobs import JobModels
 from scheduler_plugin.core.labels import LabelIndex
 from scheduler_plugin.core.ordering import NodeOrder
@@ -418,25 +418,32 @@ class Scheduler:
         demand = constraints.demand
         if not demand.wants_gpu:
             return Allocation(gpus=())
-        fitting = np.flatnonzero(result.fits[0])
+        fits_row = result.fits[0]
         mem_total = self.state.mem_total[slot].tolist()
-        if demand.whole:
-            chosen = gpuchoice.choose_whole(record.topology, fitting.tolist(), demand.gpus, constraints.scope)
-        elif len(fitting) >= demand.gpus:
-            chosen = gpuchoice.choose_shares(
-                policy=self.gpu_policy, node=slot, demand=demand, fitting=fitting
-            )
-        else:
-            chosen = None
-            if result.mig is not None:
-                mig = gpuchoice.choose_mig(record, demand, np.flatnonzero(result.mig[0]).tolist())
-                if mig is not None:
-                    return mig
-        if chosen is None:
-            raise SchedulingError(
-                Status(Code.UNSCHEDULABLE, (f"node {record.name}: no GPU set fits the pod",))
-            )
-        return gpuchoice.share_allocation(record, demand, chosen, mem_total)
+        # A pod's cards are all of one model: on a node that mixes models, try each that fits.
+        groups = [fits_row]
+        if demand.gpus > 1 and self.state.mixed_models[slot]:
+            models = self.state.model_id[slot]
+            fitting_models = models_that_fit(self.state, slot, fits_row, constraints.scope, demand.gpus)
+            groups = [fits_row & (models == model) for model in fitting_models]
+        chosen: list[int] | None = None
+        for group in groups:
+            fitting = np.flatnonzero(group)
+            if demand.whole:
+                chosen = gpuchoice.choose_whole(
+                    record.topology, fitting.tolist(), demand.gpus, constraints.scope
+                )
+            elif len(fitting) >= demand.gpus:
+                chosen = gpuchoice.choose_shares(
+                    policy=self.gpu_policy, node=slot, demand=demand, fitting=fitting
+                )
+            if chosen is not None:
+                return gpuchoice.share_allocation(record, demand, chosen, mem_total)
+        if not demand.whole and result.mig is not None:
+            mig = gpuchoice.choose_mig(record, demand, np.flatnonzero(result.mig[0]).tolist())
+            if mig is not None:
+                return mig
+        raise SchedulingError(Status(Code.UNSCHEDULABLE, (f"node {record.name}: no GPU set fits the pod",)))
 
 
 def _implements_core(scheduler: Scheduler) -> Core:

@@ -4,7 +4,7 @@ Each GPU slot gets a small integer group id per kind (-1 = in no group of that
 kind), so the filter can count free GPUs per group with array operations.
 
 NVLink groups are the connected components of the NVLink matrix the agent
-reports. When a node reports no matrix but is an 8-GPU Hopper/Ampere NVSwitch
+reports (through NVSwitches too: GPUs linked to one switch are connected). When a node reports no matrix but is an 8-GPU Hopper/Ampere NVSwitch
 board (HGX/DGX A100, A800, H100, H800, H200, H20), all eight GPUs form one
 NVLink group and the board's fabric partitions are known: the ones NVIDIA's
 Fabric Manager defines for shared-NVSwitch mode, by GPU index
@@ -57,31 +57,63 @@ def is_nvswitch_board(gpus: Sequence[GPUInfo]) -> bool:
     return bool(_NVSWITCH_BOARD_MODELS.match(label)) and "PCIE" not in label.upper()
 
 
+def bus_key(bus_id: str) -> str:
+    """A PCI bus id in one spelling: NVML's 8-digit domain and sysfs' 4-digit one compare equal."""
+    text = bus_id.strip().lower()
+    domain, sep, rest = text.partition(":")
+    if sep and len(domain) == 8 and domain.startswith("0000"):
+        return f"{domain[4:]}:{rest}"
+    return text
+
+
 def _nvlink_components(gpus: Sequence[GPUInfo]) -> tuple[int, ...]:
-    by_key: dict[str, int] = {}
+    """Connected components of the NVLink graph.
+
+    A peer that is not one of the node's GPUs is an NVSwitch: GPUs linked to the
+    same switch are connected through it (HGX boards report only switch peers).
+    """
+    vertex: dict[str, int] = {}
     for slot, gpu in enumerate(gpus):
-        for key in (gpu.uuid, gpu.topology.bus_id):
-            if key:
-                by_key[key.lower()] = slot
+        if gpu.uuid:
+            vertex[gpu.uuid.lower()] = slot
+        if gpu.topology.bus_id:
+            vertex[bus_key(gpu.topology.bus_id)] = slot
     parent = list(range(len(gpus)))
 
-    def find(slot: int) -> int:
-        while parent[slot] != slot:
-            parent[slot] = parent[parent[slot]]
-            slot = parent[slot]
-        return slot
+    def find(item: int) -> int:
+        while parent[item] != item:
+            parent[item] = parent[parent[item]]
+            item = parent[item]
+        return item
 
+    switches: dict[str, int] = {}
     linked = [False] * len(gpus)
     for slot, gpu in enumerate(gpus):
         for peer in gpu.topology.nvlink_peers:
-            other = by_key.get(peer.uuid.lower()) if peer.uuid else None
-            if other is None and peer.bus_id:
-                other = by_key.get(peer.bus_id.lower())
-            if other is None or other == slot or peer.links <= 0:
+            if peer.links <= 0:
                 continue
-            linked[slot] = linked[other] = True
+            other = vertex.get(peer.uuid.lower()) if peer.uuid else None
+            if other is None and peer.bus_id:
+                other = vertex.get(bus_key(peer.bus_id))
+            if other is None:
+                key = bus_key(peer.bus_id) if peer.bus_id else f"uuid:{peer.uuid}"
+                if key not in switches:
+                    switches[key] = len(parent)
+                    parent.append(len(parent))
+                other = switches[key]
+            elif other == slot:
+                continue
+            else:
+                linked[other] = True
+            linked[slot] = True
             parent[find(slot)] = find(other)
-    return _dense_ids([find(slot) if linked[slot] else None for slot in range(len(gpus))])
+    roots = [find(slot) if linked[slot] else None for slot in range(len(gpus))]
+    # A GPU alone with its switch is in no group: a group needs two GPUs.
+    sizes: dict[int, int] = {}
+    for root in roots:
+        if root is not None:
+            sizes[root] = sizes.get(root, 0) + 1
+    return _dense_ids([root if root is not None and sizes[root] > 1 else None for root in roots])
 
 
 def _dense_ids(keys: Sequence[object | None]) -> tuple[int, ...]:

@@ -54,7 +54,7 @@ CASES = [
         pod("p", whole(4)),
         (_devices(8, unhealthy=[0, 1, 2, 3, 4, 5]),),
         False,
-        "2 of 8 GPUs healthy, pod needs 4 whole GPUs",
+        "2 of 8 GPUs healthy, pod needs 4 whole GPUs (GPU 0: XID 79; GPU 1: XID 79; GPU 2: XID 79; 3 more)",
         True,
     ),
     Case(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
 from apis.allocation import Allocation, GPUShare
-from apis.devices import GPUInfo
+from apis.devices import GPUInfo, NVLinkPeer, Topology
 from scheduler_plugin.core.api import NodeName
 from scheduler_plugin.core.scheduler import Scheduler
 from tests.scheduler_core.builders import GiB, gpu, node, pod, share, whole
@@ -203,3 +203,78 @@ def test_whole_gpu_pods_never_take_a_gpu_in_mig_mode() -> None:
     [verdict] = scheduler.filter(pod("p", whole(1)), [N1])
     assert not verdict.feasible
     assert "1 in MIG mode" in verdict.reason
+
+
+# --- one model per pod, NVSwitch boards ---------------------------------------------------
+
+
+def _mixed() -> list[GPUInfo]:
+    return [
+        gpu("n1", 0, model="A100-SXM4-80GB"),
+        gpu("n1", 1, model="T4", memory_gib=16),
+        gpu("n1", 2, model="T4", memory_gib=16),
+        gpu("n1", 3, model="A100-SXM4-80GB"),
+    ]
+
+
+def test_a_multi_card_pod_gets_cards_of_one_model() -> None:
+    scheduler = _scheduler(_mixed())
+    allocation = scheduler.reserve(pod("p", whole(2)), N1)
+    assert {g.uuid for g in allocation.gpus} in ({"GPU-n1-0", "GPU-n1-3"}, {"GPU-n1-1", "GPU-n1-2"})
+    shared = scheduler.reserve(pod("q", share(10, gib=4, cards=2)), N1)
+    models = {scheduler.node_views()[0].gpus[g.minor].device.model_label for g in shared.gpus}
+    assert len(models) == 1
+
+
+def test_a_multi_card_pod_does_not_fit_when_no_model_has_enough_cards() -> None:
+    scheduler = _scheduler(_mixed())
+    _hold(scheduler, "h0", 0)
+    _hold(scheduler, "h1", 1, gib=16)
+    [verdict] = scheduler.filter(pod("p", whole(2)), [N1])
+    assert not verdict.feasible
+    assert verdict.reason == (
+        "no GPU model has 2 fully free GPUs (A100-SXM4-80GB: 1, T4: 1); all cards of a pod are of one model"
+    )
+
+
+def _hgx_with_switch_peers() -> list[GPUInfo]:
+    """An HGX board as NVML reports it: every GPU linked only to the six NVSwitches (8-digit domains)."""
+    switches = [NVLinkPeer(bus_id=f"00000000:{0xC0 + k:02X}:00.0", links=3) for k in range(6)]
+    return [
+        GPUInfo(
+            uuid=f"GPU-n1-{i}",
+            minor=i,
+            index=i,
+            model="NVIDIA H100 80GB HBM3",
+            model_label="H100-80GB-HBM3",
+            memory_bytes=80 * GiB,
+            topology=Topology(
+                numa_node=i // 4, bus_id=f"0000:{i + 1:02x}:00.0", nvlink_peers=tuple(switches)
+            ),
+        )
+        for i in range(8)
+    ]
+
+
+def test_gpus_linked_through_nvswitches_form_one_nvlink_group() -> None:
+    scheduler = _scheduler(_hgx_with_switch_peers())
+    _hold(scheduler, "h", 0, 1, 4, 5)
+    # Two free per NUMA node: an NVLink scope of 4 is still met through the switches.
+    assert scheduler.filter(pod("p", whole(4), scope="nvlink"), [N1])[0].feasible
+    assert not scheduler.filter(pod("p", whole(4), scope="numa"), [N1])[0].feasible
+
+
+def test_a_gpu_linked_to_a_gpu_by_an_8_digit_bus_id_is_its_peer() -> None:
+    gpus = [gpu("n1", i, model="V100-SXM2-32GB", memory_gib=32, numa=i) for i in range(4)]
+    linked = [
+        replace(
+            g,
+            topology=replace(
+                g.topology, nvlink_peers=(NVLinkPeer(bus_id=f"00000000:{(g.index ^ 1):02X}:00.0"),)
+            ),
+        )
+        for g in gpus
+    ]
+    scheduler = _scheduler(linked)
+    _hold(scheduler, "h", 0)
+    assert sorted(_minors(scheduler.reserve(pod("p", whole(2), scope="nvlink"), N1))) == [2, 3]

@@ -146,11 +146,9 @@ def test_each_example_pod_alone_gets_exactly_what_it_asked_for(
     check_matches_request(request, allocation, gpus_by_uuid(inventories, node))
 
 
-#: Multi-GPU examples the core still places on a mix of models (an A100 and a T4
-#: of the mixed node, which binpack prefers as the fullest): its node choice does
-#: not yet weigh the model mix or connectivity a multi-GPU pod would get there.
-_MIXES_MODELS = {"hami-share/hami-share", "koordinator-gpu/koord-gpu", "koordinator-shared-spread/shared-spread",
-                 "koordinator-two-whole/two-whole"}
+#: Multi-GPU examples the core places on a mix of models: none since the core keeps
+#: a pod's cards on one model (scheduler_plugin/core/filtering.models_that_fit).
+_MIXES_MODELS: set[str] = set()
 MULTI_GPU = [
     pytest.param(label, pod, id=label, marks=[pytest.mark.xfail(strict=True, reason="core mixes GPU models")] if label in _MIXES_MODELS else [])
     for label, pod in EXAMPLES

@@ -1,0 +1,124 @@
+"""`fgpuctl defrag-plan`: propose pod moves that let more pods of a pending shape fit. Evicts nothing.
+
+    fgpuctl defrag-plan --snapshot SNAPSHOT.json --gpus 8 [--gpu-milli 1000] [--cpu 8000] [--memory-mib 0]
+                        [--model G2 ...] [--max-moves 10] [--policy fgpu] [--json]
+    fgpuctl defrag-plan --nodes NODES.csv --pods PODS.csv --seed 42 --arrived 100 --gpus 1 ...
+
+The cluster comes from a snapshot file (nodes, placed pods and their GPUs, disruption budgets;
+see scheduler_plugin/sim/snapshot.py), or from a trace replay stopped at `--arrived` % (a
+simulator snapshot; `--write-snapshot` saves it). The plan respects the budgets and the move
+budget, shows fragmentation and free whole GPUs / 8-GPU nodes before and after, and lists only
+moves the scheduler core itself would place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_argument_group("cluster (a snapshot, or a trace replay)")
+    source.add_argument("--snapshot", help="snapshot JSON: nodes, pods with their node and GPUs, budgets")
+    source.add_argument("--nodes", help="trace node list CSV (with --pods)")
+    source.add_argument("--pods", help="trace pod list CSV (with --nodes)")
+    source.add_argument("--seed", type=int, default=42, help="replay seed (default 42)")
+    source.add_argument("--arrived", type=float, default=100.0, help="stop the replay at this arrived %% (default 100)")
+    source.add_argument("--replay-policy", default="fgpu", help="policy of the replay that builds the snapshot")
+    source.add_argument("--write-snapshot", metavar="JSON", help="save the cluster it planned on")
+    shape = parser.add_argument_group("pending pod shape")
+    shape.add_argument("--gpus", type=int, default=1, help="GPUs per pod (default 1)")
+    shape.add_argument("--gpu-milli", type=int, default=1000, help="per-GPU share in 1/1000 GPU (default 1000: whole)")
+    shape.add_argument("--cpu", type=int, default=0, help="CPU milli (default 0)")
+    shape.add_argument("--memory-mib", type=int, default=0, help="host memory MiB (default 0)")
+    shape.add_argument("--model", action="append", default=[], help="allowed GPU model (repeatable; default any)")
+    parser.add_argument("--max-moves", type=int, default=10, help="most pods to move (default 10)")
+    parser.add_argument("--policy", default="fgpu", help="policy that places the moved pods (default fgpu)")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def _fail(message: str) -> int:
+    print(f"fgpuctl defrag-plan: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from scheduler_plugin.core.policies import policy_names
+    from scheduler_plugin.sim.defrag import plan_defrag
+    from scheduler_plugin.sim.snapshot import (
+        SnapshotError,
+        load_snapshot,
+        snapshot_from_replay,
+        snapshot_to_json,
+    )
+    from scheduler_plugin.sim.trace import TraceError, TracePod, read_nodes, read_pods
+
+    for policy in (args.policy, args.replay_policy):
+        if policy not in policy_names():
+            return _fail(f"unknown policy {policy}; choose from {', '.join(policy_names())}")
+    if not 1 <= args.gpus <= 64:
+        return _fail(f"--gpus {args.gpus}: give 1..64 GPUs")
+    if not 10 <= args.gpu_milli <= 1000 or args.gpu_milli % 10 or (args.gpus > 1 and args.gpu_milli != 1000):
+        return _fail(f"--gpu-milli {args.gpu_milli}: give 10..1000 in steps of 10 (1000 when --gpus > 1)")
+    if args.max_moves < 0:
+        return _fail(f"--max-moves {args.max_moves}: give 0 or more")
+    try:
+        if args.snapshot:
+            snapshot = load_snapshot(args.snapshot)
+        elif args.nodes and args.pods:
+            snapshot = snapshot_from_replay(
+                nodes=read_nodes(args.nodes),
+                pods=read_pods(args.pods),
+                policy=args.replay_policy,
+                seed=args.seed,
+                arrived_pct=args.arrived,
+            )
+        else:
+            return _fail("give --snapshot FILE, or --nodes and --pods to plan on a trace replay")
+    except (SnapshotError, TraceError) as error:
+        return _fail(str(error))
+    if args.write_snapshot:
+        Path(args.write_snapshot).write_text(json.dumps(snapshot_to_json(snapshot)) + "\n")
+    pending = TracePod(
+        name="pending",
+        cpu_milli=args.cpu,
+        memory_mib=args.memory_mib,
+        num_gpu=args.gpus,
+        gpu_milli=args.gpu_milli,
+        gpu_spec=tuple(sorted(set(args.model))),
+    )
+    plan = plan_defrag(snapshot, pending=pending, max_moves=args.max_moves, policy=args.policy)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "pending": {"gpus": pending.num_gpu, "gpu_milli": pending.gpu_milli, "cpu_milli": pending.cpu_milli,
+                                "memory_mib": pending.memory_mib, "models": list(pending.gpu_spec)},
+                    "moves": [{"pod": m.pod, "from": m.from_node, "to": m.to_node, "gpus": list(m.gpus)} for m in plan.moves],
+                    "opened": list(plan.opened),
+                    "before": vars(plan.before),
+                    "after": vars(plan.after),
+                    "skipped": list(plan.skipped),
+                }
+            )
+        )
+        return 0
+    shape = f"{pending.num_gpu} x {pending.gpu_milli / 1000:g} GPU, {pending.cpu_milli}m CPU, {pending.memory_mib} MiB"
+    print(f"pending shape: {shape}")
+    print(f"{'':18}{'before':>10}{'after':>10}")
+    for label, key in (
+        ("pending pods fit", "pending_fit"),
+        ("free whole GPUs", "free_whole_gpus"),
+        ("free 8-GPU nodes", "free_8gpu_nodes"),
+        ("fragmentation %", "frag_pct"),
+    ):
+        print(f"{label:18}{getattr(plan.before, key):>10}{getattr(plan.after, key):>10}")
+    if not plan.moves:
+        print("no move helps within the budget (nothing to do, or every blocking pod is pinned or fits nowhere else)")
+    for number, move in enumerate(plan.moves, start=1):
+        print(f"{number:3}. move {move.pod}: {move.from_node} -> {move.to_node} (GPU {','.join(map(str, move.gpus)) or '-'})")
+    for line in plan.skipped:
+        print(f"skipped {line}")
+    return 0

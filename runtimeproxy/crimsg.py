@@ -1,0 +1,221 @@
+"""Adapter between the CRI messages (partial schema), the RuntimeHooks messages and the edit values.
+
+Edits are applied to the decoded CRI message in place: entries the hooks do
+not touch stay the very same protobuf entries, so their unknown fields (from
+newer CRI versions) are written back unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from apis import names
+from apis.cri.v1 import runtime_partial_pb2 as cri
+from apis.fgpu.v1 import hooks_pb2
+from runtimeproxy.edits import (
+    DeviceEdit,
+    Edits,
+    MountEdit,
+    ResourceEdit,
+    merge_annotations,
+    merge_by_key,
+    merge_env,
+    merge_names,
+)
+from runtimeproxy.policy import PodFacts
+
+_RESOURCE_INTS = ("cpu_period", "cpu_quota", "cpu_shares", "memory_limit_in_bytes", "oom_score_adj", "memory_swap_limit_in_bytes")
+_RESOURCE_STRS = ("cpuset_cpus", "cpuset_mems")
+
+
+def pod_facts(metadata: Any, labels: Any, annotations: Any) -> PodFacts:
+    return PodFacts(
+        namespace=metadata.namespace, name=metadata.name, uid=metadata.uid,
+        labels=dict(labels), annotations=dict(annotations),
+    )
+
+
+def pod_facts_from_config(config: cri.PodSandboxConfig) -> PodFacts:
+    return pod_facts(config.metadata, config.labels, config.annotations)
+
+
+def pod_facts_from_status(status: cri.PodSandboxStatus) -> PodFacts:
+    return pod_facts(status.metadata, status.labels, status.annotations)
+
+
+def pod_meta_from_config(
+    config: cri.PodSandboxConfig, *, sandbox_id: str = "", runtime_handler: str = ""
+) -> hooks_pb2.PodSandboxMeta:
+    md = config.metadata
+    return hooks_pb2.PodSandboxMeta(
+        name=md.name, namespace=md.namespace, uid=md.uid, attempt=md.attempt,
+        labels=dict(config.labels), annotations=dict(config.annotations), sandbox_id=sandbox_id,
+        cgroup_parent=config.linux.cgroup_parent, runtime_handler=runtime_handler,
+    )
+
+
+def pod_meta_from_status(status: cri.PodSandboxStatus) -> hooks_pb2.PodSandboxMeta:
+    md = status.metadata
+    return hooks_pb2.PodSandboxMeta(
+        name=md.name, namespace=md.namespace, uid=md.uid, attempt=md.attempt,
+        labels=dict(status.labels), annotations=dict(status.annotations), sandbox_id=status.id,
+        runtime_handler=status.runtime_handler,
+    )
+
+
+def resources_to_hook(res: cri.LinuxContainerResources) -> hooks_pb2.LinuxResources:
+    out = hooks_pb2.LinuxResources(unified=dict(res.unified))
+    for name in (*_RESOURCE_INTS, *_RESOURCE_STRS):
+        value = getattr(res, name)
+        if value:
+            setattr(out, name, value)
+    return out
+
+
+def create_request_to_hook(req: cri.CreateContainerRequest) -> hooks_pb2.ContainerHookRequest:
+    cfg = req.config
+    return hooks_pb2.ContainerHookRequest(
+        pod=pod_meta_from_config(req.sandbox_config, sandbox_id=req.pod_sandbox_id),
+        container=hooks_pb2.ContainerMeta(
+            name=cfg.metadata.name, attempt=cfg.metadata.attempt, image=cfg.image.image,
+            labels=dict(cfg.labels), annotations=dict(cfg.annotations),
+        ),
+        envs=[hooks_pb2.KeyValue(key=kv.key, value=kv.value.decode("utf-8", "replace")) for kv in cfg.envs],
+        mounts=[
+            hooks_pb2.Mount(
+                container_path=m.container_path, host_path=m.host_path, readonly=m.readonly,
+                selinux_relabel=m.selinux_relabel, propagation=m.propagation,  # type: ignore[arg-type]
+            )
+            for m in cfg.mounts
+        ],
+        devices=[
+            hooks_pb2.Device(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
+            for d in cfg.devices
+        ],
+        resources=resources_to_hook(cfg.linux.resources),
+        cdi_devices=[d.name for d in cfg.CDI_devices],
+    )
+
+
+def container_to_hook(
+    container: cri.Container, pod: hooks_pb2.PodSandboxMeta, *, resources: cri.LinuxContainerResources | None = None
+) -> hooks_pb2.ContainerHookRequest:
+    return hooks_pb2.ContainerHookRequest(
+        pod=pod,
+        container=hooks_pb2.ContainerMeta(
+            name=container.metadata.name, attempt=container.metadata.attempt, id=container.id,
+            image=container.image.image, labels=dict(container.labels), annotations=dict(container.annotations),
+        ),
+        resources=resources_to_hook(resources) if resources is not None else None,
+    )
+
+
+def edits_from_response(resp: hooks_pb2.HookResponse) -> Edits:
+    res = resp.resources
+    resources = ResourceEdit(
+        **{name: getattr(res, name) if res.HasField(name) else None for name in (*_RESOURCE_INTS, *_RESOURCE_STRS)},
+        unified=dict(res.unified),
+    )
+    return Edits(
+        set_envs=tuple((kv.key, kv.value) for kv in resp.set_envs),
+        unset_envs=tuple(resp.unset_envs),
+        add_mounts=tuple(
+            MountEdit(
+                container_path=m.container_path, host_path=m.host_path, readonly=m.readonly,
+                selinux_relabel=m.selinux_relabel, propagation=int(m.propagation),
+            )
+            for m in resp.add_mounts
+        ),
+        add_devices=tuple(
+            DeviceEdit(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions or "rw")
+            for d in resp.add_devices
+        ),
+        add_cdi_devices=tuple(resp.add_cdi_devices),
+        set_annotations=tuple(sorted(resp.set_annotations.items())),
+        remove_annotations=tuple(resp.remove_annotations),
+        resources=resources,
+    )
+
+
+def _copies(items: Iterable[Any]) -> list[Any]:
+    out = []
+    for item in items:
+        copy = type(item)()
+        copy.CopyFrom(item)
+        out.append(copy)
+    return out
+
+
+def _replace(repeated: Any, items: list[Any]) -> None:
+    items = _copies(items)
+    del repeated[:]
+    repeated.extend(items)
+
+
+def set_env(config: cri.ContainerConfig, set_envs: tuple[tuple[str, str], ...], unset: tuple[str, ...] = ()) -> None:
+    current = [(kv.key, kv) for kv in config.envs]
+    new = [(k, cri.KeyValue(key=k, value=v.encode())) for k, v in set_envs]
+    merged = merge_env(current, set_envs=new, unset=set(unset))
+    _replace(config.envs, [kv for _, kv in merged])
+
+
+def apply_container_edits(config: cri.ContainerConfig, edits: Edits) -> None:
+    if edits.set_envs or edits.unset_envs:
+        set_env(config, edits.set_envs, edits.unset_envs)
+    if edits.add_mounts:
+        added = [
+            cri.Mount(
+                container_path=m.container_path, host_path=m.host_path, readonly=m.readonly,
+                selinux_relabel=m.selinux_relabel, propagation=m.propagation,  # type: ignore[arg-type]
+            )
+            for m in edits.add_mounts
+        ]
+        _replace(config.mounts, merge_by_key(list(config.mounts), added, key=lambda m: m.container_path))
+    if edits.add_devices:
+        added_devices = [
+            cri.Device(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
+            for d in edits.add_devices
+        ]
+        _replace(config.devices, merge_by_key(list(config.devices), added_devices, key=lambda d: d.container_path))
+    if edits.add_cdi_devices:
+        existing = {d.name: d for d in config.CDI_devices}
+        merged = merge_names([d.name for d in config.CDI_devices], list(edits.add_cdi_devices))
+        _replace(config.CDI_devices, [existing.get(n) or cri.CDIDevice(name=n) for n in merged])
+    if edits.set_annotations or edits.remove_annotations:
+        _apply_annotations(config.annotations, edits)
+    if not edits.resources.is_empty():
+        apply_resources(config.linux.resources, edits.resources)
+
+
+def _apply_annotations(target: Any, edits: Edits) -> None:
+    merged = merge_annotations(dict(target), set_annotations=edits.set_annotations, remove=set(edits.remove_annotations))
+    target.clear()
+    target.update(merged)
+
+
+def apply_sandbox_edits(config: cri.PodSandboxConfig, edits: Edits) -> None:
+    if edits.set_annotations or edits.remove_annotations:
+        _apply_annotations(config.annotations, edits)
+    if not edits.resources.is_empty():
+        apply_resources(config.linux.resources, edits.resources)
+
+
+def apply_update_edits(req: cri.UpdateContainerResourcesRequest, edits: Edits) -> None:
+    if edits.set_annotations or edits.remove_annotations:
+        _apply_annotations(req.annotations, edits)
+    if not edits.resources.is_empty():
+        apply_resources(req.linux, edits.resources)
+
+
+def apply_resources(target: cri.LinuxContainerResources, edit: ResourceEdit) -> None:
+    for name in (*_RESOURCE_INTS, *_RESOURCE_STRS):
+        value = getattr(edit, name)
+        if value is not None:
+            setattr(target, name, value)
+    for key, value in edit.unified.items():
+        target.unified[key] = value
+
+
+def force_void(config: cri.ContainerConfig) -> None:
+    set_env(config, ((names.NVIDIA_VISIBLE_DEVICES, names.NVIDIA_VISIBLE_DEVICES_VOID),))

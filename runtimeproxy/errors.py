@@ -1,0 +1,39 @@
+"""The proxy's exceptions, and the gRPC status each maps to when it ends a CRI call."""
+
+from __future__ import annotations
+
+import grpc
+
+
+class ProxyError(Exception):
+    """Base of the proxy's own errors."""
+
+
+class ConfigError(ProxyError, ValueError):
+    """A config file or flag the proxy cannot use; the message names the field, the value and the fix."""
+
+
+class RequestDecodeError(ProxyError):
+    """An intercepted CRI request whose fields the proxy needs could not be decoded."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class HookCallError(ProxyError):
+    """A hook server did not answer (down, timed out, failed)."""
+
+    def __init__(self, server: str, reason: str) -> None:
+        super().__init__(f"hook server {server!r}: {reason}")
+        self.server = server
+        self.reason = reason
+
+
+class RuntimeLookupError(ProxyError):
+    """The runtime could not tell the proxy about a container or sandbox it asked for."""
+
+
+def grpc_code(status: grpc.StatusCode) -> int:
+    """The wire number of a status code (grpc.StatusCode values are (number, name) pairs)."""
+    value = status.value[0]
+    assert isinstance(value, int)
+    return value

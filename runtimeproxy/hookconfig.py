@@ -1,0 +1,219 @@
+"""Hook server registrations: YAML files in a directory the proxy watches.
+
+    # /etc/fgpu/hooks.d/10-fgpu-agent.yaml
+    hooks:
+      - name: fgpu-agent
+        endpoint: unix:///var/run/fgpu/agent-hooks.sock
+        stages: [PreCreateContainer, PostStopContainer]
+        failurePolicy: Fail        # or Ignore
+        timeout: 2s                # per call; "500ms", "2s" or a number of seconds
+
+A file may also hold a single registration (the mapping without `hooks:`).
+Servers are called in file-name order, then in order within a file, and
+their edits compose in that order. A file that does not parse keeps its last
+good content (or contributes nothing), and the error is logged.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from apis.grpc_server import AddressError, parse_address
+from runtimeproxy.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+SUFFIXES = (".yaml", ".yml", ".json")
+DEFAULT_TIMEOUT_S = 2.0
+
+
+class Stage(enum.Enum):
+    """The points where hook servers are called; values are the `RuntimeHooks` method names."""
+
+    PRE_RUN_POD_SANDBOX = "PreRunPodSandbox"
+    PRE_CREATE_CONTAINER = "PreCreateContainer"
+    POST_START_CONTAINER = "PostStartContainer"
+    POST_STOP_CONTAINER = "PostStopContainer"
+    POST_STOP_POD_SANDBOX = "PostStopPodSandbox"
+    PRE_UPDATE_CONTAINER_RESOURCES = "PreUpdateContainerResources"
+
+
+class FailurePolicy(enum.Enum):
+    """What a failed or timed-out hook call does to the CRI call."""
+
+    FAIL = "Fail"
+    IGNORE = "Ignore"
+
+
+@dataclass(frozen=True)
+class HookServer:
+    name: str
+    endpoint: str
+    stages: frozenset[Stage]
+    failure_policy: FailurePolicy
+    timeout_s: float
+    #: the file it came from, for messages
+    source: str = ""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*$")
+
+
+def parse_duration(value: object, *, field: str) -> float:
+    """Seconds from a number, "500ms" or "2s"."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{field}={value!r}: expected a duration such as 2s or 500ms")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        m = _DURATION.match(str(value))
+        if not m:
+            raise ConfigError(f"{field}={value!r}: expected a duration such as 2s or 500ms")
+        seconds = float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
+    if seconds <= 0:
+        raise ConfigError(f"{field}={value!r}: must be more than zero, e.g. 2s")
+    return seconds
+
+
+def parse_hook(entry: object, *, where: str) -> HookServer:
+    """One registration; ConfigError naming the file, entry, field and value on bad input."""
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"{where}: expected a mapping with name, endpoint and stages, got {type(entry).__name__}")
+    known = {"name", "endpoint", "stages", "failurePolicy", "timeout"}
+    unknown = sorted(set(entry) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {unknown}; allowed: {sorted(known)}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}.name={name!r}: give each hook server a non-empty name")
+    where = f"{where} ({name})"
+    endpoint = entry.get("endpoint")
+    if not isinstance(endpoint, str) or not endpoint:
+        raise ConfigError(f"{where}.endpoint={endpoint!r}: expected unix:///PATH, e.g. unix:///var/run/fgpu/agent.sock")
+    try:
+        parse_address(endpoint, field=f"{where}.endpoint")
+    except AddressError as exc:
+        raise ConfigError(str(exc)) from exc
+    stages_raw = entry.get("stages")
+    if not isinstance(stages_raw, Sequence) or isinstance(stages_raw, str) or not stages_raw:
+        raise ConfigError(
+            f"{where}.stages={stages_raw!r}: expected a non-empty list of {[s.value for s in Stage]}"
+        )
+    stages = set()
+    for raw in stages_raw:
+        try:
+            stages.add(Stage(raw))
+        except ValueError:
+            raise ConfigError(f"{where}.stages: unknown stage {raw!r}; one of {[s.value for s in Stage]}") from None
+    policy_raw = entry.get("failurePolicy", FailurePolicy.FAIL.value)
+    try:
+        policy = FailurePolicy(policy_raw)
+    except ValueError:
+        raise ConfigError(f"{where}.failurePolicy={policy_raw!r}: expected Fail or Ignore") from None
+    timeout_s = parse_duration(entry.get("timeout", DEFAULT_TIMEOUT_S), field=f"{where}.timeout")
+    return HookServer(
+        name=name, endpoint=endpoint, stages=frozenset(stages), failure_policy=policy, timeout_s=timeout_s,
+        source=where.split(":")[0],
+    )
+
+
+def parse_file(path: str) -> list[HookServer]:
+    with open(path) as f:
+        try:
+            doc: Any = yaml.safe_load(f)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if doc is None:
+        return []
+    if isinstance(doc, Mapping) and "hooks" in doc:
+        entries = doc["hooks"]
+        if not isinstance(entries, list):
+            raise ConfigError(f"{path}: hooks must be a list of registrations")
+        return [parse_hook(e, where=f"{path}: hooks[{i}]") for i, e in enumerate(entries)]
+    return [parse_hook(doc, where=f"{path}:")]
+
+
+class HookRegistry:
+    """The current registrations of a directory, re-read when its files change.
+
+    `refresh()` is cheap when nothing changed (one `stat` per file), so the
+    proxy calls it on a timer.
+    """
+
+    def __init__(self, directory: str | None) -> None:
+        self.directory = directory
+        self._files: dict[str, tuple[tuple[int, int], list[HookServer]]] = {}
+        self._servers: tuple[HookServer, ...] = ()
+        self._by_stage: dict[Stage, tuple[HookServer, ...]] = {s: () for s in Stage}
+        self.errors: dict[str, str] = {}
+        self.generation = 0
+        self.refresh()
+
+    def servers(self, stage: Stage | None = None) -> tuple[HookServer, ...]:
+        return self._servers if stage is None else self._by_stage[stage]
+
+    def refresh(self) -> bool:
+        """Re-reads changed files; True when the registrations changed."""
+        if not self.directory or not os.path.isdir(self.directory):
+            changed = bool(self._files)
+            self._files.clear()
+            if changed:
+                self._rebuild()
+            return changed
+        names = sorted(n for n in os.listdir(self.directory) if n.endswith(SUFFIXES) and not n.startswith("."))
+        changed = False
+        seen = set()
+        for name in names:
+            path = os.path.join(self.directory, name)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            seen.add(name)
+            sig = (st.st_mtime_ns, st.st_size)
+            old = self._files.get(name)
+            if old is not None and old[0] == sig:
+                continue
+            try:
+                servers = parse_file(path)
+            except (ConfigError, OSError) as exc:
+                if self.errors.get(name) != str(exc):
+                    log.error("hook config rejected, keeping its last good content file=%s error=%r", path, str(exc))
+                self.errors[name] = str(exc)
+                # remember the signature so the same broken file is not re-parsed every tick
+                self._files[name] = (sig, old[1] if old else [])
+                continue
+            self.errors.pop(name, None)
+            self._files[name] = (sig, servers)
+            changed = True
+        for name in list(self._files):
+            if name not in seen:
+                del self._files[name]
+                self.errors.pop(name, None)
+                changed = True
+        if changed:
+            self._rebuild()
+        return changed
+
+    def _rebuild(self) -> None:
+        ordered: list[HookServer] = []
+        names: set[str] = set()
+        for file_name in sorted(self._files):
+            for server in self._files[file_name][1]:
+                if server.name in names:
+                    log.error("duplicate hook server name ignored name=%s file=%s", server.name, file_name)
+                    continue
+                names.add(server.name)
+                ordered.append(server)
+        self._servers = tuple(ordered)
+        self._by_stage = {s: tuple(x for x in ordered if s in x.stages) for s in Stage}
+        self.generation += 1
+        log.info("hook servers loaded servers=%s", ",".join(f"{s.name}:{sorted(x.value for x in s.stages)}" for s in ordered))

@@ -1,0 +1,142 @@
+"""The proxy's decisions about a hooked call, as pure functions over plain values.
+
+- A pod labelled as a hook server (in an allowed namespace) bypasses hooks, so
+  the agent running as a pod cannot deadlock its own creation.
+- A container whose pod carries a GPU allocation is never created without
+  the hooks' answers: a hook that fails or times out, or no hook registered
+  at all, refuses CreateContainer (fail-closed), whatever the hook's
+  failurePolicy says. kubelet retries, and the retry goes through once the
+  hook is back.
+- Otherwise a failed hook refuses the call when its policy is Fail and is
+  skipped when it is Ignore; any hook's rejection refuses a Pre* call.
+- Unless a hook set NVIDIA_VISIBLE_DEVICES, the container gets `void`, so
+  neither the image (CUDA images bake in `all`) nor the pod spec can hand a
+  container GPUs the scheduler did not give it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from apis import names
+from runtimeproxy.edits import Edits
+from runtimeproxy.errors import grpc_code
+from runtimeproxy.hookconfig import FailurePolicy, Stage
+
+PRE_STAGES = frozenset(
+    {Stage.PRE_RUN_POD_SANDBOX, Stage.PRE_CREATE_CONTAINER, Stage.PRE_UPDATE_CONTAINER_RESOURCES}
+)
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def has_allocation(pod: PodFacts) -> bool:
+    return bool(pod.annotations.get(names.DEVICE_ALLOCATED))
+
+
+def bypasses_hooks(pod: PodFacts, *, hook_server_namespaces: Collection[str]) -> bool:
+    """True for a hook server's own pod: labelled, and in an allowed namespace (any when none are listed)."""
+    if pod.labels.get(names.HOOK_SERVER_LABEL, "").lower() != "true":
+        return False
+    return not hook_server_namespaces or pod.namespace in hook_server_namespaces
+
+
+class OutcomeKind(enum.Enum):
+    EDITS = enum.auto()
+    REJECTED = enum.auto()
+    FAILED = enum.auto()
+
+
+@dataclass(frozen=True)
+class HookOutcome:
+    """What one hook server's call came to."""
+
+    server: str
+    policy: FailurePolicy
+    kind: OutcomeKind
+    edits: Edits = field(default_factory=Edits)
+    #: the rejection reason or the failure
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Go on with `edits` (in order), or refuse with `code` and `refusal`."""
+
+    edits: tuple[Edits, ...] = ()
+    refusal: str | None = None
+    code: int = 0
+    #: failures that were skipped (Ignore policy), for logs
+    ignored: tuple[str, ...] = ()
+
+
+def stop_early(stage: Stage, outcome: HookOutcome, *, allocation: bool) -> bool:
+    """Whether calling later hooks is pointless because this outcome already refuses the call."""
+    return judge(stage, outcomes=(outcome,), registered=1, allocation=allocation).refusal is not None
+
+
+def judge(stage: Stage, *, outcomes: Sequence[HookOutcome], registered: int, allocation: bool) -> Judgement:
+    """Folds the hook outcomes of one call (in call order) into what happens to it."""
+    pre = stage in PRE_STAGES
+    gpu_gate = stage is Stage.PRE_CREATE_CONTAINER and allocation
+    if gpu_gate and registered == 0:
+        return Judgement(
+            refusal=(
+                "fgpu-runtime-proxy: the pod carries a GPU allocation but no hook server is registered for "
+                "PreCreateContainer; the container is not created without its GPU settings. Register fgpu-agent "
+                "in the proxy's hook config directory; kubelet retries."
+            ),
+            code=grpc_code(grpc.StatusCode.UNAVAILABLE),
+        )
+    edits: list[Edits] = []
+    ignored: list[str] = []
+    for outcome in outcomes:
+        if outcome.kind is OutcomeKind.EDITS:
+            edits.append(outcome.edits)
+        elif outcome.kind is OutcomeKind.REJECTED:
+            if pre:
+                return Judgement(
+                    refusal=f"fgpu-runtime-proxy: hook server {outcome.server!r} refused {stage.value}: {outcome.detail}",
+                    code=grpc_code(grpc.StatusCode.FAILED_PRECONDITION),
+                )
+            ignored.append(f"{outcome.server}: rejected: {outcome.detail}")
+        elif gpu_gate:
+            return Judgement(
+                refusal=(
+                    f"fgpu-runtime-proxy: the pod carries a GPU allocation and hook server {outcome.server!r} failed "
+                    f"({outcome.detail}); the container is not created without its GPU settings. kubelet retries; "
+                    "it goes through once the hook server answers."
+                ),
+                code=grpc_code(grpc.StatusCode.UNAVAILABLE),
+            )
+        elif pre and outcome.policy is FailurePolicy.FAIL:
+            return Judgement(
+                refusal=(
+                    f"fgpu-runtime-proxy: hook server {outcome.server!r} failed ({outcome.detail}) and its "
+                    f"failurePolicy is Fail, so {stage.value} is refused; kubelet retries."
+                ),
+                code=grpc_code(grpc.StatusCode.UNAVAILABLE),
+            )
+        else:
+            ignored.append(f"{outcome.server}: {outcome.detail}")
+    return Judgement(edits=tuple(edits) if pre else (), ignored=tuple(ignored))
+
+
+def needs_void(edits: Sequence[Edits], *, force_void: bool) -> bool:
+    """Whether the proxy sets NVIDIA_VISIBLE_DEVICES=void: on, and no hook set the variable."""
+    return force_void and not any(e.sets_env(names.NVIDIA_VISIBLE_DEVICES) for e in edits)

@@ -1,0 +1,203 @@
+"""The proxy daemon: listener, relay, hooks, admin socket and metrics endpoint, with start() and stop(grace)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2
+from prometheus_client import CollectorRegistry, start_http_server
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from apis import grpc_server, names
+from runtimeproxy.config import ProxyConfig
+from runtimeproxy.hookclient import HookClient
+from runtimeproxy.hookconfig import HookRegistry
+from runtimeproxy.interception import HookedCalls
+from runtimeproxy.logs import event
+from runtimeproxy.metrics import ProxyMetrics
+from runtimeproxy.relay import Relay
+from runtimeproxy.runtime_client import RuntimeClient
+
+log = logging.getLogger(__name__)
+
+
+def make_dialer(config: ProxyConfig) -> Callable[[Callable[[], asyncio.Protocol]], Any]:
+    """Dials the runtime, retrying with backoff for up to backend_dial_timeout_s (containerd restarting)."""
+    addr = grpc_server.parse_address(config.backend, field="backend")
+
+    async def connect(factory: Callable[[], asyncio.Protocol]) -> asyncio.Transport:
+        loop = asyncio.get_running_loop()
+        if addr.unix_path is not None:
+            transport, _ = await loop.create_unix_connection(factory, addr.unix_path)
+        else:
+            assert addr.hostport is not None
+            host, _, port = addr.hostport.rpartition(":")
+            transport, _ = await loop.create_connection(factory, host, int(port))
+        return transport
+
+    async def dial(factory: Callable[[], asyncio.Protocol]) -> asyncio.Transport:
+        async for attempt in AsyncRetrying(
+            stop=stop_after_delay(config.backend_dial_timeout_s),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception_type(OSError),
+            reraise=True,
+        ):
+            with attempt:
+                return await connect(factory)
+        raise AssertionError("unreachable")
+
+    return dial
+
+
+class RuntimeProxy:
+    """One proxy instance. Run it in an event loop: `await start()`, later `await stop(grace)`."""
+
+    def __init__(self, config: ProxyConfig, *, registry: CollectorRegistry | None = None) -> None:
+        self.config = config
+        self.metrics = ProxyMetrics(registry)
+        self.hook_registry = HookRegistry(config.hook_config_dir)
+        self.hooks: HookClient | None = None
+        self.runtime: RuntimeClient | None = None
+        self.handler: HookedCalls | None = None
+        self.relay: Relay | None = None
+        self._server: asyncio.Server | None = None
+        self._admin: grpc.Server | None = None
+        self._health: Any = None
+        self._http: Any = None
+        self._refresher: asyncio.Task[None] | None = None
+        self.metrics_port: int | None = None
+
+    async def start(self) -> None:
+        cfg = self.config
+        self.hooks = HookClient(metrics=self.metrics)
+        self.runtime = RuntimeClient(cfg.backend, timeout_s=cfg.lookup_timeout_s)
+        self.handler = HookedCalls(
+            registry=self.hook_registry, hooks=self.hooks, runtime=self.runtime, metrics=self.metrics,
+            force_void=cfg.force_void, hook_server_namespaces=cfg.hook_server_namespaces,
+        )
+        self.relay = Relay(
+            dial=make_dialer(cfg), handler=self.handler, backend_name=cfg.backend,
+            on_backend_connect=self._backend_connect,
+        )
+        loop = asyncio.get_running_loop()
+        addr = grpc_server.parse_address(cfg.listen, field="listen")
+        if addr.unix_path is not None:
+            grpc_server.prepare_unix_socket(addr.unix_path)
+            self._server = await loop.create_unix_server(self.relay.protocol, addr.unix_path)
+            grpc_server.finish_unix_socket(addr.unix_path, mode=cfg.socket_mode, group=cfg.socket_gid())
+        else:
+            assert addr.hostport is not None
+            host, _, port = addr.hostport.rpartition(":")
+            self._server = await loop.create_server(self.relay.protocol, host, int(port))
+        if cfg.admin_listen:
+            self._start_admin(cfg.admin_listen)
+        if cfg.metrics_listen:
+            host, _, port = cfg.metrics_listen.rpartition(":")
+            self._http, _ = start_http_server(int(port), addr=host, registry=self.metrics.registry)
+            self.metrics_port = self._http.server_port
+        self._refresher = loop.create_task(self._refresh_hooks())
+        event(
+            log, logging.INFO, "runtime proxy serving", listen=cfg.listen, backend=cfg.backend,
+            hook_config_dir=cfg.hook_config_dir, admin=cfg.admin_listen, metrics=cfg.metrics_listen,
+            hook_servers=",".join(s.name for s in self.hook_registry.servers()),
+        )
+
+    def _start_admin(self, address: str) -> None:
+        self._admin = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="admin"))
+        self._health = grpc_server.add_health_and_reflection(
+            self._admin, [names.CRI_RUNTIME_SERVICE, names.CRI_IMAGE_SERVICE]
+        )
+        grpc_server.add_listener(self._admin, address, field="admin-listen")
+        self._admin.start()
+
+    def _backend_connect(self, ok: bool) -> None:
+        self.metrics.backend_dials.labels("ok" if ok else "failed").inc()
+        if self._health is not None:
+            status = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
+            for service in (names.CRI_RUNTIME_SERVICE, names.CRI_IMAGE_SERVICE):
+                self._health.set(service, status)
+
+    async def _refresh_hooks(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.hook_refresh_s)
+            try:
+                if self.hook_registry.refresh() and self.hooks is not None:
+                    await self.hooks.forget_others({s.endpoint for s in self.hook_registry.servers()})
+            except Exception:
+                log.exception("reading the hook config directory failed")
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stops accepting, lets open calls finish for up to `grace` seconds, then closes everything."""
+        if self._server is not None:
+            self._server.close()
+        if self._refresher is not None:
+            self._refresher.cancel()
+        if self.relay is not None:
+            deadline = asyncio.get_running_loop().time() + grace
+            while self.relay.open_calls and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
+            self.relay.close_all()
+        if self.handler is not None:
+            for task in list(self.handler.background):
+                task.cancel()
+        if self._admin is not None:
+            self._admin.stop(grace=None)
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        if self.hooks is not None:
+            await self.hooks.close()
+        if self.runtime is not None:
+            await self.runtime.close()
+        addr = grpc_server.parse_address(self.config.listen, field="listen")
+        if addr.unix_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(addr.unix_path)
+        event(log, logging.INFO, "runtime proxy stopped")
+
+    def refresh_hooks_now(self) -> None:
+        self.hook_registry.refresh()
+
+
+class ProxyThread:
+    """Runs a RuntimeProxy on its own event loop in a background thread (tests, demos)."""
+
+    def __init__(self, config: ProxyConfig, *, registry: CollectorRegistry | None = None) -> None:
+        self.proxy = RuntimeProxy(config, registry=registry)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="runtime-proxy", daemon=True)
+
+    def start(self) -> ProxyThread:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.proxy.start(), self._loop).result(timeout=30)
+        return self
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Runs `fn` on the proxy's loop and returns its result."""
+
+        async def run() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=30)
+
+    def stop(self, grace: float = 1.0) -> None:
+        if not self._thread.is_alive():
+            return
+        asyncio.run_coroutine_threadsafe(self.proxy.stop(grace), self._loop).result(timeout=grace + 30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+    def __enter__(self) -> ProxyThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,1 @@
+"""A private containerd for tests and benchmarks, with local images built from busybox-static."""

@@ -1,0 +1,291 @@
+"""hack/deploy/: every object validates offline against the Kubernetes schemas, and the pieces fit together.
+
+kubernetes-validate checks each object against the OpenAPI schema of its
+kind (strict: unknown fields fail). Two kinds need more:
+- the Device CRD validates as a CustomResourceDefinition like any object, and
+  the Device the agent actually prints is checked against the CRD's own
+  openAPIV3Schema (tests/apis_codec/crd_schema.py);
+- the KubeSchedulerConfiguration is a component config the API server never
+  serves, so it sits in a ConfigMap (validated as such) and its content is
+  checked against a schema written from the kube-scheduler v1 Go types
+  (tests/localup/kubescheduler_schema.py).
+Configs embedded in ConfigMaps are loaded by the component's own loader, so a
+key the component does not know fails here rather than at startup.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import kubernetes_validate
+import pytest
+
+from agent.config import parse_config
+from apis import names
+from apis.translation import TranslationRules
+from runtimeproxy.config import ProxyConfig
+from scheduler_plugin import config as scheduler_config
+from scheduler_plugin.extender import MANAGED_RESOURCES
+from tests.apis_codec.crd_schema import pruned_paths, validation_errors
+from tests.localup import kubescheduler_schema
+from tests.localup.manifests import (
+    DEPLOY,
+    NAMESPACE,
+    REPO,
+    Doc,
+    all_docs,
+    container,
+    embedded_yaml,
+    extender_docs,
+    find,
+    mount_path_of,
+    pod_spec,
+    volume,
+)
+
+#: The oldest Kubernetes the manifests support (ValidatingAdmissionPolicy is v1 from 1.30), and the newest known.
+VERSIONS = ("1.30.0", kubernetes_validate.utils.latest_version())
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("doc", all_docs(), ids=lambda d: d.id)
+def test_every_manifest_validates_against_the_kubernetes_schemas(doc: Doc, version: str) -> None:
+    try:
+        kubernetes_validate.validate(doc.obj, version, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        path = ".".join(str(p) for p in exc.path)
+        pytest.fail(f"{doc.id} is not a valid {doc.kind} for Kubernetes {version}: {path}: {exc.message}")
+
+
+def test_the_manifests_hold_every_deploy_artifact_the_issue_asks_for() -> None:
+    kinds = {(d.kind, d.name) for d in all_docs()}
+    for wanted in [
+        ("CustomResourceDefinition", "devices.scheduling.koordinator.sh"),
+        ("ClusterRole", "fgpu-agent"),
+        ("ClusterRole", "fgpu-scheduler"),
+        ("DaemonSet", "fgpu-agent"),
+        ("Deployment", "fgpu-scheduler"),
+        ("ConfigMap", "fgpu-kube-scheduler-config"),
+        ("ConfigMap", "fgpu-translation-rules"),
+        ("Secret", "fgpu-signing-key"),
+    ]:
+        assert wanted in kinds, f"{wanted[0]}/{wanted[1]} missing from hack/deploy"
+
+
+def _kube_scheduler_config() -> dict[str, Any]:
+    config: dict[str, Any] = embedded_yaml("ConfigMap", "fgpu-kube-scheduler-config", "config.yaml", docs=extender_docs())
+    return config
+
+
+def test_the_kube_scheduler_configuration_matches_the_v1_schema() -> None:
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in jsonschema.Draft202012Validator(kubescheduler_schema.SCHEMA).iter_errors(_kube_scheduler_config())
+    ]
+    assert errors == []
+
+
+def test_the_v1_schema_refuses_a_misspelt_extender_key() -> None:
+    config = _kube_scheduler_config()
+    config["extenders"][0]["nodeCacheCapabel"] = True
+    assert not jsonschema.Draft202012Validator(kubescheduler_schema.SCHEMA).is_valid(config)
+
+
+def test_the_extender_lives_in_its_own_profile_named_for_the_fgpu_scheduler() -> None:
+    config = _kube_scheduler_config()
+    assert [p["schedulerName"] for p in config["profiles"]] == [names.SCHEDULER_NAME]
+    assert "default-scheduler" not in json.dumps(config["profiles"])
+
+
+def test_the_extender_points_at_the_scheduler_service_and_the_verbs_it_serves() -> None:
+    (extender,) = _kube_scheduler_config()["extenders"]
+    service = find("Service", "fgpu-scheduler")
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "extender")
+    assert extender["urlPrefix"] == f"http://fgpu-scheduler.{NAMESPACE}.svc:{port}"
+    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == ("filter", "prioritize", "bind")
+    # The scheduler answers with NodeNames only when kube-scheduler sends them.
+    assert extender["nodeCacheCapable"] is True
+    extender_mode = embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml", docs=extender_docs())
+    assert extender_mode["extenderListen"].endswith(f":{port}")
+
+
+def test_the_extender_manages_every_resource_fgpu_understands() -> None:
+    (extender,) = _kube_scheduler_config()["extenders"]
+    managed = {r["name"] for r in extender["managedResources"]}
+    wanted = set(names.KOORDINATOR_RESOURCES) | {names.NVIDIA_GPU} | set(TranslationRules.default().resources)
+    assert managed == wanted
+    assert set(MANAGED_RESOURCES) <= managed
+    # fgpu accounts these per GPU; kube-scheduler's per-node sum must not refuse a pod first.
+    assert all(r["ignoredByScheduler"] for r in extender["managedResources"])
+
+
+def test_the_second_kube_scheduler_elects_a_leader_on_a_lease_its_role_grants() -> None:
+    election = _kube_scheduler_config()["leaderElection"]
+    role = find("Role", "fgpu-kube-scheduler-leader-election", docs=extender_docs())
+    assert election["resourceNamespace"] == role["metadata"]["namespace"]
+    assert any(election["resourceName"] in r.get("resourceNames", []) for r in role["rules"])
+
+
+@pytest.mark.parametrize("docs", [None, extender_docs()], ids=["standalone", "extender-mode"])
+def test_the_scheduler_config_loads_with_the_schedulers_own_loader(docs: tuple[Doc, ...] | None) -> None:
+    raw = embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml", docs=docs)
+    config = scheduler_config.from_mapping(raw, where="fgpu-scheduler-config")
+    assert config.state is scheduler_config.StateBackend.KUBERNETES
+    deployment = find("Deployment", "fgpu-scheduler")
+    assert config.signing_key.startswith(mount_path_of(deployment, "scheduler", "signing-key") + "/")
+    assert config.translation_rules.startswith(mount_path_of(deployment, "scheduler", "rules") + "/")
+
+
+def test_the_standalone_scheduler_elects_a_leader_on_the_lease_its_role_grants() -> None:
+    raw = embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml")
+    config = scheduler_config.from_mapping(raw)
+    assert config.standalone and config.leader_election.enabled
+    assert find("Deployment", "fgpu-scheduler")["spec"]["replicas"] >= 2
+    role = find("Role", "fgpu-scheduler-leader-election")
+    assert role["metadata"]["namespace"] == config.leader_election.namespace
+    granted = {verb for r in role["rules"] if config.leader_election.lease_name in r.get("resourceNames", []) for verb in r["verbs"]}
+    assert {"get", "update"} <= granted
+    assert any(r.get("verbs") == ["create"] and not r.get("resourceNames") for r in role["rules"])
+
+
+def test_extender_mode_runs_one_scheduler_that_does_not_bind_on_its_own() -> None:
+    raw = embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml", docs=extender_docs())
+    assert scheduler_config.from_mapping(raw).standalone is False
+
+
+def test_the_agent_config_loads_with_the_agents_own_loader_and_its_paths_are_mounted() -> None:
+    config = parse_config(embedded_yaml("ConfigMap", "fgpu-agent-config", "agent.yaml"), source="fgpu-agent-config")
+    agent = find("DaemonSet", "fgpu-agent")
+    hook_socket = config.hook_listen.removeprefix("unix://")
+    assert Path(hook_socket).parent.as_posix() == mount_path_of(agent, "agent", "run-fgpu")
+    assert volume(agent, "run-fgpu")["hostPath"]["path"] in ("/var/run/fgpu", "/run/fgpu")
+    assert config.proc_root == mount_path_of(agent, "agent", "host-proc")
+    assert volume(agent, "host-proc")["hostPath"]["path"] == "/proc"
+    checkpoint_dir = mount_path_of(agent, "agent", "device-plugins")
+    assert Path(config.checkpoint_path).parent.as_posix() == checkpoint_dir
+    assert volume(agent, "device-plugins")["hostPath"]["path"] == checkpoint_dir
+    assert config.signing_key.startswith(mount_path_of(agent, "agent", "signing-key") + "/")
+    # The agent creates these on the host for GPU containers, so it sees them at their host path.
+    for name, path in (("hami-cache", config.isolation_paths.hami_cache_root), ("hami-lock", config.isolation_paths.hami_lock_dir)):
+        assert mount_path_of(agent, "agent", name) == path == volume(agent, name)["hostPath"]["path"]
+
+
+def test_the_agent_gets_its_node_name_from_the_downward_api() -> None:
+    env = {e["name"]: e for e in container(find("DaemonSet", "fgpu-agent"), "agent")["env"]}
+    assert env[names.NODE_NAME_ENV]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+
+def test_the_agent_pod_is_a_hook_server_in_a_namespace_the_proxy_trusts() -> None:
+    agent = find("DaemonSet", "fgpu-agent")
+    assert agent["spec"]["template"]["metadata"]["labels"][names.HOOK_SERVER_LABEL] == "true"
+    assert agent["metadata"]["namespace"] in ProxyConfig().hook_server_namespaces
+
+
+def test_the_translation_rules_configmap_is_the_built_in_rules() -> None:
+    shipped = find("ConfigMap", "fgpu-translation-rules")["data"]["rules.yaml"]
+    built_in = (REPO / "apis" / "rules" / "default.yaml").read_text()
+    assert shipped == built_in, "run hack/deploy/update-rules-configmap.sh"
+    assert TranslationRules.from_yaml(shipped).resources == TranslationRules.default().resources
+
+
+def _roles() -> list[Doc]:
+    return [d for d in all_docs() if d.kind in ("Role", "ClusterRole")]
+
+
+@pytest.mark.parametrize("role", _roles(), ids=lambda d: d.id)
+def test_no_role_grants_wildcards_deletes_or_secrets(role: Doc) -> None:
+    for rule in role.obj["rules"]:
+        for key in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule.get(key, []), f"{role.id}: wildcard in {key}"
+        assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"])
+        assert "secrets" not in rule["resources"]
+
+
+def test_the_scheduler_may_bind_and_annotate_pods_but_not_create_or_update_them() -> None:
+    rules = find("ClusterRole", "fgpu-scheduler")["rules"]
+    verbs = {res: set(r["verbs"]) for r in rules for res in r["resources"]}
+    assert verbs["pods"] == {"get", "list", "watch", "patch"}
+    assert verbs["pods/binding"] == {"create"}
+    assert verbs["devices"] == {"get", "list", "watch"}
+
+
+def test_the_agent_may_write_devices_and_nodes_but_read_no_pods() -> None:
+    rules = find("ClusterRole", "fgpu-agent")["rules"]
+    resources = {res for r in rules for res in r["resources"]}
+    assert resources == {"devices", "nodes", "nodes/status"}
+
+
+def _workloads() -> list[Doc]:
+    return [d for d in all_docs() if d.kind in ("Deployment", "DaemonSet")]
+
+
+@pytest.mark.parametrize("workload", _workloads(), ids=lambda d: d.id)
+def test_every_account_config_map_and_secret_a_workload_uses_is_shipped(workload: Doc) -> None:
+    shipped = {(d.kind, d.namespace, d.name) for d in all_docs()}
+    spec = pod_spec(workload.obj)
+    assert ("ServiceAccount", workload.namespace, spec["serviceAccountName"]) in shipped
+    for vol in spec.get("volumes", []):
+        if "configMap" in vol:
+            assert ("ConfigMap", workload.namespace, vol["configMap"]["name"]) in shipped
+        if "secret" in vol:
+            assert ("Secret", workload.namespace, vol["secret"]["secretName"]) in shipped
+
+
+@pytest.mark.parametrize("workload", _workloads(), ids=lambda d: d.id)
+def test_workloads_drop_every_capability_and_keep_the_root_filesystem_read_only(workload: Doc) -> None:
+    for c in pod_spec(workload.obj)["containers"]:
+        security = c["securityContext"]
+        assert security["capabilities"]["drop"] == ["ALL"] and not security["capabilities"].get("add")
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False
+
+
+def test_namespaced_objects_live_in_the_fgpu_namespace() -> None:
+    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+                      "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    for doc in all_docs():
+        if doc.kind in cluster_scoped:
+            assert not doc.namespace, doc.id
+        elif doc.name != "fgpu-kube-scheduler-auth-reader":  # kube-scheduler reads auth config from kube-system
+            assert doc.namespace == NAMESPACE, doc.id
+
+
+def test_the_signing_key_template_carries_no_key() -> None:
+    secret = find("Secret", "fgpu-signing-key", docs=all_docs())
+    values = list((secret.get("stringData") or {}).values()) + list((secret.get("data") or {}).values())
+    assert values == [""]
+
+
+def test_service_ports_point_at_named_container_ports_that_the_config_listens_on() -> None:
+    service = find("Service", "fgpu-scheduler")
+    deployment = find("Deployment", "fgpu-scheduler")
+    ports = {p["name"]: p["containerPort"] for p in container(deployment, "scheduler")["ports"]}
+    config = embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml")
+    listens = {"grpc": config["grpcListen"], "extender": config["extenderListen"], "metrics": config["metricsListen"]}
+    for port in service["spec"]["ports"]:
+        assert port["targetPort"] in ports
+        assert listens[port["targetPort"]].endswith(f":{ports[port['targetPort']]}")
+
+
+def test_the_device_the_agent_prints_fits_the_crd_schema() -> None:
+    inventory = REPO / "examples" / "inventories" / "h100-8x-nvlink.yaml"
+    result = subprocess.run(
+        [sys.executable, "-m", "agent.main", "--fake-nvml", str(inventory), "--node-name", "n1", "--once", "--print", "device"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    device = json.loads(result.stdout)
+    assert validation_errors(device) == []
+    assert pruned_paths(device) == []
+
+
+def test_the_install_guide_names_every_manifest() -> None:
+    guide = (REPO / "docs" / "deploy.md").read_text()
+    for path in sorted(DEPLOY.rglob("*.yaml")):
+        relative = path.relative_to(REPO).as_posix()
+        assert relative in guide or f"{path.parent.relative_to(REPO).as_posix()}/" in guide, f"docs/deploy.md: {relative}"
