@@ -1,0 +1,56 @@
+"""The distribution `pip install .` builds carries every package, data file and console script."""
+
+from __future__ import annotations
+
+import configparser
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        check=True,
+        cwd=out,
+    )
+    (built,) = out.glob("fgpu-*.whl")
+    return zipfile.ZipFile(built)
+
+
+def test_the_wheel_holds_every_component_package(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    for module in ("apis/names.py", "agent/main.py", "scheduler_plugin/main.py", "runtimeproxy/main.py", "fgpuctl/main.py"):
+        assert module in names, module
+
+
+def test_the_wheel_holds_generated_code_with_stubs_and_the_default_rules(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    for proto in ("device", "hooks", "scheduler"):
+        assert f"apis/fgpu/v1/{proto}_pb2.py" in names
+        assert f"apis/fgpu/v1/{proto}_pb2.pyi" in names
+    assert "apis/rules/default.yaml" in names
+    assert "apis/py.typed" in names
+
+
+def test_the_wheel_declares_the_four_console_scripts(wheel: zipfile.ZipFile) -> None:
+    (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    parser = configparser.ConfigParser()
+    parser.read_string(wheel.read(entry_points).decode())
+    assert dict(parser["console_scripts"]) == {
+        "fgpu-runtime-proxy": "runtimeproxy.main:main",
+        "fgpu-agent": "agent.main:main",
+        "fgpu-scheduler": "scheduler_plugin.main:main",
+        "fgpuctl": "fgpuctl.main:main",
+    }
+
+
+def test_the_tests_and_dev_tools_are_not_shipped(wheel: zipfile.ZipFile) -> None:
+    assert not [n for n in wheel.namelist() if n.startswith(("tests/", "hack/", "bench/"))]
