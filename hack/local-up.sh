@@ -23,9 +23,15 @@ down_only=false
 for arg in "$@"; do [ "$arg" = "--down" ] && down_only=true; done
 
 if ! $down_only; then
+  if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    echo "fgpu needs Python >= 3.11; python3 is $(python3 --version 2>&1). Install python3.11 (e.g. apt-get install python3.11 python3.11-venv) and put it first on PATH." >&2
+    exit 1
+  fi
   need=()
   # busybox-static, not busybox: the images hold that one binary and no libc.
   for pkg in containerd runc busybox-static; do dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg"); done
+  # Debian and Ubuntu ship venv's ensurepip separately.
+  python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=("python3-venv")
   if [ ${#need[@]} -gt 0 ]; then
     echo "==> installing ${need[*]} (apt)"
     export DEBIAN_FRONTEND=noninteractive

@@ -13,4 +13,12 @@ while IFS= read -r f; do
     status=1
   fi
 done < <(find "$tmp" -name '*_pb2*')
+# A generated file whose .proto is gone is stale too.
+while IFS= read -r f; do
+  rel=${f#"$root/apis/"}
+  if [ ! -e "$tmp/$rel" ]; then
+    echo "orphaned generated file: apis/$rel has no .proto under proto/ (delete it, or restore its .proto)" >&2
+    status=1
+  fi
+done < <(find "$root/apis" -name '*_pb2*' -not -path '*/__pycache__/*')
 exit $status
