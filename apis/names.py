@@ -24,6 +24,8 @@ GPU_SHARED: Final = "koordinator.sh/gpu.shared"
 KOORD_GPU: Final = "koordinator.sh/gpu"
 #: The NVIDIA device plugin's whole-GPU resource.
 NVIDIA_GPU: Final = "nvidia.com/gpu"
+#: Prefix of the NVIDIA device plugin's MIG resources ("nvidia.com/mig-1g.10gb", ...).
+NVIDIA_MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
 
 #: Every resource name in the koordinator protocol (what the scheduler manages natively).
 KOORDINATOR_RESOURCES: Final = (GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, GPU_SHARED, KOORD_GPU)
@@ -56,6 +58,8 @@ JOB_KEY: Final = "fgpu.io/job-key"
 POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
 #: Older pod-group label still used by some operators.
 POD_GROUP_LABEL_LEGACY: Final = "pod-group.scheduling.sigs.k8s.io"
+#: Label JobSet puts on every pod of its child Jobs: the JobSet's name, one of the job keys.
+JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
 #: Node field a required node affinity term may match (matchFields), e.g. for DaemonSet pods.
 NODE_NAME_FIELD: Final = "metadata.name"
 #: Node label: GPU model (label-safe form).

@@ -45,9 +45,13 @@ def default_core_factory(config: SchedulerConfig, *, clock: Clock = time.monoton
     from scheduler_plugin.core.scheduler import Scheduler
 
     def build() -> Core:
+        # gpuPolicyParams without gpuPolicy: a second instance of the node-level policy, tuned apart.
+        gpu_policy = config.gpu_policy or (config.policy if config.gpu_policy_params else None)
         return Scheduler(
             policy=config.policy,
-            gpu_policy=config.gpu_policy or None,
+            gpu_policy=gpu_policy,
+            policy_params=dict(config.policy_params),
+            gpu_policy_params=dict(config.gpu_policy_params) or None,
             assume_ttl_s=config.assume_ttl_s,
             clock=clock,
         )

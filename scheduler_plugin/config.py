@@ -12,10 +12,12 @@ The file uses camelCase keys, like the Kubernetes objects it sits beside:
     signingKey: /etc/fgpu/signing-key
     policy: binpack              # node-level policy
     gpuPolicy: ""                # GPU-level policy; empty: the same as policy
+    policyParams: {}             # weights of the node-level policy, e.g. {weight_cpu: 0}
+    gpuPolicyParams: {}          # weights of the GPU-level policy; empty: see below
     assumeTTLSeconds: 60
     translationRules: ""         # YAML rules file; empty: the built-in rules
     leaderElection:
-      enabled: true              # only matters with standalone
+      enabled: true              # whenever state is kubernetes: standalone and extender mode alike
       namespace: kube-system
       leaseName: fgpu-scheduler
       leaseDurationSeconds: 15
@@ -24,12 +26,21 @@ The file uses camelCase keys, like the Kubernetes objects it sits beside:
 
 Command-line flags override the file. Every mistake is reported with the key,
 the value and what to write instead.
+
+`policyParams` and `gpuPolicyParams` are numeric knobs handed to the policy
+(`PolicyContext.params`); `policy_params()` lists what each built-in policy
+understands. With `gpuPolicy` empty the node-level policy instance also chooses
+the GPUs, tuned by `policyParams`; `gpuPolicyParams` given without `gpuPolicy`
+makes a second instance of the same policy for the GPU choice. The names and
+ranges are checked against the resolved policies by `check_policies`, after
+the command line has had its say (a flag may change the policy).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +81,8 @@ class SchedulerConfig:
     signing_key: str = "/etc/fgpu/signing-key"
     policy: str = "binpack"
     gpu_policy: str = ""
+    policy_params: Mapping[str, float] = field(default_factory=dict)
+    gpu_policy_params: Mapping[str, float] = field(default_factory=dict)
     assume_ttl_s: float = 60.0
     translation_rules: str = ""
     leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
@@ -87,6 +100,8 @@ _KEYS: dict[str, str] = {
     "signingKey": "signing_key",
     "policy": "policy",
     "gpuPolicy": "gpu_policy",
+    "policyParams": "policy_params",
+    "gpuPolicyParams": "gpu_policy_params",
     "assumeTTLSeconds": "assume_ttl_s",
     "translationRules": "translation_rules",
     "leaderElection": "leader_election",
@@ -126,6 +141,8 @@ def from_mapping(data: Mapping[str, Any], *, where: str = "config") -> Scheduler
             raise ConfigError(f"{where}: unknown key {key!r}; valid keys are {', '.join(sorted(_KEYS))}")
         if attr == "leader_election":
             values[attr] = _leader(raw, where=f"{where}: leaderElection")
+        elif attr in ("policy_params", "gpu_policy_params"):
+            values[attr] = _params(raw, where=f"{where}: {key}")
         else:
             values[attr] = _coerce(SchedulerConfig, attr, raw, where=f"{where}: {key}")
     config = SchedulerConfig(**values)
@@ -159,6 +176,78 @@ def validate(config: SchedulerConfig) -> None:
             "leaderElection: need 0 < retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds, got "
             f"{le.retry_period_s} / {le.renew_deadline_s} / {le.lease_duration_s}; e.g. 2 / 10 / 15"
         )
+
+
+def policy_params() -> dict[str, tuple[str, ...]]:
+    """Parameters each built-in policy understands (see its module docstring).
+
+    A policy not listed (registered by a plugin) checks its own; the ones listed
+    with none would otherwise ignore a misspelt weight silently.
+    """
+    from scheduler_plugin.core.policy_fgpu import PARAMS as FGPU_PARAMS
+    from scheduler_plugin.core.policy_utilization import WEIGHT_KEYS
+
+    return {
+        "binpack": WEIGHT_KEYS,
+        "spread": WEIGHT_KEYS,
+        "fgpu": FGPU_PARAMS,
+        "fgd": (),
+        "random": (),
+        "bestfit": (),
+        "dotprod": (),
+    }
+
+
+def check_policies(config: SchedulerConfig) -> None:
+    """Refuses unknown policy names and parameters the chosen policies do not take.
+
+    Run on the final config (file plus flags). The policies are built once on an
+    empty cluster so their own checks (ranges, e.g. "all weights are 0") run
+    before start, not at the first decision.
+    """
+    from scheduler_plugin.core.cluster import ClusterState
+    from scheduler_plugin.core.policies import PolicyContext, make_policy, policy_names
+
+    known = policy_names()
+    for key, name in (("policy (--policy)", config.policy), ("gpuPolicy (--gpu-policy)", config.gpu_policy)):
+        if name and name not in known:
+            raise ConfigError(f"{key}={name!r}: unknown policy; choose one of {', '.join(known)}")
+    accepted_by = policy_params()
+    gpu_policy = config.gpu_policy or config.policy
+    for key, policy, params in (
+        ("policyParams", config.policy, config.policy_params),
+        ("gpuPolicyParams", gpu_policy, config.gpu_policy_params),
+    ):
+        if not params:
+            continue
+        accepted = accepted_by.get(policy)
+        if accepted is not None:
+            unknown = sorted(set(params) - set(accepted))
+            if unknown:
+                takes = f"it takes {', '.join(accepted)}" if accepted else "it takes none; remove the key"
+                raise ConfigError(
+                    f"{key}: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a parameter of "
+                    f"policy {policy!r}; {takes}"
+                )
+        try:
+            make_policy(policy, context=PolicyContext(state=ClusterState(), params=dict(params)))
+        except ValueError as exc:
+            raise ConfigError(f"{key}={dict(params)!r}: {exc}") from None
+
+
+def _params(raw: Any, *, where: str) -> dict[str, float]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}={raw!r}: expected a mapping of parameter name to number, e.g. {{weight_cpu: 0}}")
+    values: dict[str, float] = {}
+    for name, value in raw.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{where}: parameter name {name!r} must be a non-empty string, e.g. weight_cpu")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ConfigError(f"{where}.{name}={value!r}: expected a finite number, e.g. {name}: 1")
+        values[name] = float(value)
+    return values
 
 
 def _leader(raw: Any, *, where: str) -> LeaderElectionConfig:

@@ -168,7 +168,14 @@ def _candidates(args: Mapping[str, Any]) -> tuple[list[JSON] | None, list[str]]:
     if node_names is not None:
         if not isinstance(node_names, list):
             raise InvalidRequest("ExtenderArgs.NodeNames: expected a list of node names")
-        return None, [str(n) for n in node_names]
+        for index, name in enumerate(node_names):
+            # str() would turn null or 5 into a node called "None" or "5".
+            if not isinstance(name, str) or not name:
+                raise InvalidRequest(
+                    f"ExtenderArgs.NodeNames[{index}]: {json.dumps(name)} is not a node name; "
+                    'send node names as non-empty strings, e.g. ["gpu-node-1"]'
+                )
+        return None, list(node_names)
     nodes = field(args, "Nodes")
     if nodes is None:
         return None, []

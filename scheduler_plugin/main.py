@@ -63,17 +63,8 @@ def resolve_config(args: argparse.Namespace) -> SchedulerConfig:
         policy=args.policy,
         gpu_policy=args.gpu_policy,
     )
-    _check_policies(resolved)
+    config_mod.check_policies(resolved)
     return resolved
-
-
-def _check_policies(config: SchedulerConfig) -> None:
-    from scheduler_plugin.core.policies import policy_names
-
-    known = policy_names()
-    for flag, name in (("--policy", config.policy), ("--gpu-policy", config.gpu_policy)):
-        if name and name not in known:
-            raise ConfigError(f"{flag}={name!r}: unknown policy; choose one of {', '.join(sorted(known))}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

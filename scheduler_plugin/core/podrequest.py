@@ -5,9 +5,11 @@ input raises `apis.request.RequestError` with one message per problem, each
 naming the field, the value and the fix.
 
 The job key groups pods that must share a GPU model: the `fgpu.io/job-key`
-annotation, else the pod-group label, else the pod's owning Job, JobSet or
-ReplicaSet (by uid). Keys are namespaced so equal names in two namespaces
-never meet.
+annotation, else the pod-group label, else the JobSet name label, else the
+pod's owning Job or ReplicaSet (by uid). A JobSet never owns pods itself: it
+makes one child Job per replicated job, so its pods are grouped by the
+`jobset.sigs.k8s.io/jobset-name` label the JobSet controller puts on each.
+Name-based keys are namespaced so equal names in two namespaces never meet.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from scheduler_plugin.core.api import LabelRequirement, PodRequest, PodUID
 from scheduler_plugin.core.filtering import SCOPES
 from scheduler_plugin.core.labels import OPERATORS
 
-#: Owner kinds whose pods form one job.
-JOB_OWNER_KINDS = ("Job", "JobSet", "ReplicaSet")
+#: Owner kinds whose pods form one job (a JobSet's pods are owned by its child Jobs: see job_key).
+JOB_OWNER_KINDS = ("Job", "ReplicaSet")
 
 _AFFINITY_PATH = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
 
@@ -97,6 +99,10 @@ def job_key(
         group = labels.get(label, "").strip()
         if group:
             return f"{namespace}/pod-group/{group}"
+    # Before the owner: the owner of a JobSet's pod is one child Job of many.
+    jobset = labels.get(names.JOBSET_NAME_LABEL, "").strip()
+    if jobset:
+        return f"{namespace}/jobset/{jobset}"
     owners = [o for o in meta.get("ownerReferences") or () if isinstance(o, Mapping)]
     # The controlling owner first: it is the one that made the pod.
     owners.sort(key=lambda o: not o.get("controller"))

@@ -81,6 +81,34 @@ def test_the_job_key_comes_from_annotation_label_or_owner(pod: dict[str, Any], e
     assert pod_request_from_pod(pod).job_key == expected
 
 
+def _jobset_pod(*, namespace: str, jobset: str, child_job_uid: str, name: str) -> dict[str, Any]:
+    # What the JobSet controller makes: a pod owned by one child Job, labelled with the JobSet's name.
+    pod = _pod(
+        labels={names.JOBSET_NAME_LABEL: jobset},
+        owners=[{"kind": "Job", "uid": child_job_uid, "controller": True}],
+    )
+    pod["metadata"].update(namespace=namespace, name=name, uid=f"uid-{namespace}-{name}")
+    return pod
+
+
+def test_pods_of_different_child_jobs_of_one_jobset_share_a_job_key() -> None:
+    leader = pod_request_from_pod(_jobset_pod(namespace="ml", jobset="llm", child_job_uid="job-a", name="l-0"))
+    worker = pod_request_from_pod(_jobset_pod(namespace="ml", jobset="llm", child_job_uid="job-b", name="w-0"))
+    assert leader.job_key == worker.job_key == "ml/jobset/llm"
+
+
+def test_jobsets_of_one_name_in_two_namespaces_get_different_job_keys() -> None:
+    one = pod_request_from_pod(_jobset_pod(namespace="team-a", jobset="llm", child_job_uid="job-a", name="w-0"))
+    two = pod_request_from_pod(_jobset_pod(namespace="team-b", jobset="llm", child_job_uid="job-b", name="w-0"))
+    assert one.job_key != two.job_key
+
+
+def test_a_pod_group_label_wins_over_the_jobset_name() -> None:
+    pod = _jobset_pod(namespace="ml", jobset="llm", child_job_uid="job-a", name="w-0")
+    pod["metadata"]["labels"][names.POD_GROUP_LABEL] = "gang"
+    assert pod_request_from_pod(pod).job_key == "ml/pod-group/gang"
+
+
 def test_model_lists_are_normalised_to_label_form() -> None:
     request = pod_request_from_pod(
         _pod(

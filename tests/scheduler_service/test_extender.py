@@ -180,6 +180,24 @@ def test_a_body_that_is_not_json_gets_400_with_the_reason(extender: tuple[Schedu
     assert b"not JSON" in caught.value.read()
 
 
+@pytest.mark.parametrize(
+    ("verb", "bad", "shown"), [("filter", None, b"null"), ("filter", 5, b"5"), ("prioritize", "", b'""')]
+)
+def test_a_node_name_that_is_not_a_string_gets_400_naming_the_field_and_value(
+    extender: tuple[SchedulerApp, str], verb: str, bad: Any, shown: bytes
+) -> None:
+    _, url = extender
+    args = fixture("filter-nodecachecapable.json")
+    args["NodeNames"] = ["gpu-h100-0", bad]
+
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        post(f"{url}/{verb}", args)
+
+    assert caught.value.code == 400
+    message = caught.value.read()
+    assert b"ExtenderArgs.NodeNames[1]" in message and shown in message
+
+
 def test_health_and_metrics_are_served_beside_the_verbs(extender: tuple[SchedulerApp, str]) -> None:
     _app, url = extender
     base = url.rsplit("/", 1)[0]
