@@ -57,7 +57,8 @@ class AgentConfig:
     health_quiet_period_s: float = 300.0
     application_xids: frozenset[int] = DEFAULT_APPLICATION_XIDS
     advertise_nvidia_gpu: bool = False
-    external_resources: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/mig-*")
+    #: A trailing "*" matches by prefix: every MIG profile the device plugin may advertise.
+    external_resources: tuple[str, ...] = (names.NVIDIA_GPU, names.NVIDIA_MIG_RESOURCE_PREFIX + "*")
     checkpoint_path: str = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
     proc_root: str = "/proc"
     sysfs_root: str = "/sys"
@@ -169,7 +170,7 @@ def _convert(attr: str, raw: object, *, where: str) -> Any:
         return frozenset(raw)
     if attr == "external_resources":
         if not isinstance(raw, list) or not all(isinstance(x, str) and x for x in raw):
-            raise ConfigError(f"{where}={raw!r} must be a list of resource names, e.g. [nvidia.com/gpu]")
+            raise ConfigError(f"{where}={raw!r} must be a list of resource names, e.g. [{names.NVIDIA_GPU}]")
         return tuple(raw)
     if isinstance(default, bool):
         if not isinstance(raw, bool):

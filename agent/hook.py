@@ -9,7 +9,8 @@ A pod without an allocation gets no answer at all (the proxy's own `void`
 rule hides the GPUs from it). A pod with one gets its GPUs only when the
 allocation is signed for this pod on this node and fits the node as it is
 now: every GPU present and healthy, MIG shares on MIG instances that exist,
-and no GPU given more than it has. Anything else is refused with a reason a
+and no GPU given more than it has, counting what the pods admitted before
+hold (`held`, from `agent.admissions.AdmissionLedger`). Anything else is refused with a reason a
 person can act on, which the proxy turns into a failed CreateContainer.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from agent.admissions import GPUHeld, Hold
 from agent.isolation import ContainerEdits, Isolation, IsolationPaths, VisibleGPU, edits_for
 from agent.pcitopology import sysfs_bus_id
 from apis.allocation import Allocation, AllocationError, GPUShare
@@ -44,6 +46,8 @@ class HookDecision:
     rejection: str = ""
     #: The verified allocation, for logs and metrics.
     allocation: Allocation | None = None
+    #: What the pod holds once admitted (GPU UUIDs resolved), for the admission ledger.
+    holds: tuple[Hold, ...] = ()
 
 
 NO_ANSWER = HookDecision()
@@ -57,7 +61,15 @@ class HookSettings:
     paths: IsolationPaths = field(default_factory=IsolationPaths)
 
 
-def decide(request: HookRequest, *, devices: NodeDevices, settings: HookSettings) -> HookDecision:
+def decide(
+    request: HookRequest,
+    *,
+    devices: NodeDevices,
+    settings: HookSettings,
+    held: Mapping[str, GPUHeld] | None = None,
+) -> HookDecision:
+    """`held`: per GPU UUID, what other pods admitted on this node hold (not this pod's own entry)."""
+    held = held or {}
     who = f"pod {request.pod_namespace}/{request.pod_name} ({request.pod_uid})"
     try:
         allocation = verify_pod_annotations(
@@ -78,6 +90,7 @@ def decide(request: HookRequest, *, devices: NodeDevices, settings: HookSettings
     visible: list[tuple[str, VisibleGPU]] = []
     used: dict[str, tuple[int, int]] = {}
     seen_mig: set[str] = set()
+    holds: list[Hold] = []
     for i, share in enumerate(allocation.gpus):
         gpu, problem = _find_gpu(share, devices)
         if gpu is None:
@@ -89,6 +102,14 @@ def decide(request: HookRequest, *, devices: NodeDevices, settings: HookSettings
             continue
         if share.mig_uuid:
             seen_mig.add(share.mig_uuid)
+            holders = (held[gpu.uuid].mig or {}).get(share.mig_uuid, frozenset()) if gpu.uuid in held else frozenset()
+            if holders:
+                problems.append(
+                    f"gpu[{i}] {gpu.uuid}: MIG instance {share.mig_uuid} is already held by "
+                    f"{_pods_text(holders)}; the pod must be scheduled again"
+                )
+                continue
+            holds.append(Hold(gpu_uuid=gpu.uuid, mig_uuid=share.mig_uuid, core_percent=share.core_percent))
             mig = next(m for m in gpu.mig_instances if m.uuid == share.mig_uuid)
             visible.append((sysfs_bus_id(gpu.topology.bus_id) + f"/{mig.index:02d}", VisibleGPU(
                 uuid=mig.uuid, core_percent=share.core_percent, memory_bytes=mig.memory_bytes, unlimited=True
@@ -96,6 +117,7 @@ def decide(request: HookRequest, *, devices: NodeDevices, settings: HookSettings
             continue
         core, memory = used.get(gpu.uuid, (0, 0))
         used[gpu.uuid] = (core + share.core_percent, memory + share.memory_bytes)
+        holds.append(Hold(gpu_uuid=gpu.uuid, core_percent=share.core_percent, memory_bytes=share.memory_bytes))
         visible.append((sysfs_bus_id(gpu.topology.bus_id) or f"{gpu.minor:08d}", VisibleGPU(
             uuid=gpu.uuid, core_percent=share.core_percent, memory_bytes=share.memory_bytes, unlimited=share.whole
         )))
@@ -105,6 +127,16 @@ def decide(request: HookRequest, *, devices: NodeDevices, settings: HookSettings
             problems.append(
                 f"{uuid}: allocation gives it {core}% of compute and {memory} bytes of memory in total, "
                 f"more than the GPU has (100%, {gpu.memory_bytes} bytes)"
+            )
+            continue
+        others = held.get(uuid, GPUHeld())
+        if others.pods and (core + others.core_percent > _MAX_PERCENT or memory + others.memory_bytes > gpu.memory_bytes):
+            problems.append(
+                f"GPU {uuid}: this pod's {core}% of compute and {memory} bytes of memory on top of the "
+                f"{others.core_percent}% and {others.memory_bytes} bytes held by {_pods_text(others.pods)} "
+                "is more than the GPU has "
+                f"(100%, {gpu.memory_bytes} bytes); the scheduler's view of the node is out of date, "
+                "the pod must be scheduled again"
             )
     if len({v.uuid for _, v in visible}) != len(visible):
         problems.append("the same GPU is listed twice; the scheduler must merge the shares")
@@ -120,7 +152,7 @@ def decide(request: HookRequest, *, devices: NodeDevices, settings: HookSettings
         pod_uid=request.pod_uid,
         container_name=request.container_name,
     )
-    return HookDecision(edits=edits, allocation=allocation)
+    return HookDecision(edits=edits, allocation=allocation, holds=tuple(holds))
 
 
 def _find_gpu(share: GPUShare, devices: NodeDevices) -> tuple[GPUInfo | None, str]:
@@ -168,3 +200,9 @@ def _check_share(share: GPUShare, gpu: GPUInfo, *, seen_mig: set[str]) -> str:
     if share.memory_bytes > gpu.memory_bytes:
         return f"memory {share.memory_bytes} bytes is more than the GPU's {gpu.memory_bytes}"
     return ""
+
+
+def _pods_text(pods: frozenset[str], *, shown: int = 3) -> str:
+    listed = sorted(pods)
+    more = f" and {len(listed) - shown} more" if len(listed) > shown else ""
+    return f"{len(listed)} pod(s) already admitted on this node ({', '.join(listed[:shown])}{more})"

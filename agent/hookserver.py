@@ -20,6 +20,7 @@ from concurrent import futures
 
 import grpc
 
+from agent.admissions import AdmissionLedger
 from agent.hook import NO_ANSWER, HookDecision, HookRequest, HookSettings, decide
 from agent.metrics import AgentMetrics
 from apis import names
@@ -40,11 +41,13 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
         devices: Callable[[], NodeDevices],
         settings: Callable[[], HookSettings],
         metrics: AgentMetrics | None = None,
+        ledger: AdmissionLedger | None = None,
     ) -> None:
         """`settings` is called per request; it raises SigningKeyError while the key cannot be read."""
         self._devices = devices
         self._settings = settings
         self._metrics = metrics or AgentMetrics()
+        self.ledger = ledger or AdmissionLedger()
 
     def PreCreateContainer(
         self, request: hooks_pb2.ContainerHookRequest, context: grpc.ServicerContext
@@ -64,8 +67,19 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
                 if names.DEVICE_ALLOCATED not in hook_request.annotations:
                     return self._response(NO_ANSWER)
                 return self._response(HookDecision(rejection=f"fgpu agent cannot verify GPU allocations: {err}"))
-            decision = decide(hook_request, devices=self._devices(), settings=settings)
-            response = self._response(decision)
+            # Check and record under one lock: two pods racing for the last share of a GPU
+            # must not both see it free.
+            with self.ledger.lock:
+                decision = decide(
+                    hook_request,
+                    devices=self._devices(),
+                    settings=settings,
+                    held=self.ledger.held(excluding=hook_request.pod_uid),
+                )
+                response = self._response(decision)
+                if decision.edits is not None and not response.HasField("rejection"):
+                    self.ledger.record(pod_uid=hook_request.pod_uid, holds=decision.holds)
+                    self._metrics.admitted_pods.set(len(self.ledger.pods()))
             if decision.edits is not None and not response.HasField("rejection"):
                 env = dict(decision.edits.envs)
                 log.info(
@@ -80,8 +94,11 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
     def PostStopPodSandbox(
         self, request: hooks_pb2.PodSandboxHookRequest, context: grpc.ServicerContext
     ) -> hooks_pb2.HookResponse:
-        # The per-container HAMi cache directories of the pod are no longer used by anyone.
         uid = request.pod.uid
+        if uid and self.ledger.release(pod_uid=uid):
+            log.info("pod %s/%s (%s) stopped: its GPU shares are free again", request.pod.namespace, request.pod.name, uid)
+            self._metrics.admitted_pods.set(len(self.ledger.pods()))
+        # The per-container HAMi cache directories of the pod are no longer used by anyone.
         if uid and "/" not in uid and not uid.startswith("."):
             root = self._cache_root()
             for path in glob.glob(os.path.join(glob.escape(root), f"{glob.escape(uid)}_*")) if root else []:

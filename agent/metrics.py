@@ -48,6 +48,12 @@ class AgentMetrics:
             "fgpu_agent_usage_cycle_cpu_seconds", "CPU time of one usage cycle.", registry=r,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1),
         )
+        self.poll_errors = Counter(
+            "fgpu_agent_poll_errors_total", "NVML poll cycles that raised an unexpected error.", registry=r
+        )
+        self.admitted_pods = Gauge(
+            "fgpu_agent_admitted_pods", "Pods holding GPU shares admitted by the hook on this node.", registry=r
+        )
         self.hook_decisions = Counter(
             "fgpu_agent_hook_decisions_total", "PreCreateContainer answers.", ["outcome"], registry=r
         )

@@ -133,6 +133,8 @@ class NVMLWorker:
         self._initialised = False
         self._last_error = ""
         self._retry_s = 1.0
+        #: Wait after a cycle that raised: the poll interval, doubling to retry_max_s while it keeps raising.
+        self._error_wait = poll_interval_s
         self._next_discovery = 0.0
         self._watcher: XidWatcher | None = None
         self._watched: frozenset[str] = frozenset()
@@ -158,7 +160,17 @@ class NVMLWorker:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            wait = self._iterate()
+            try:
+                wait = self._iterate()
+            except Exception:  # the thread must outlive any bug or odd failure, else health and devices freeze
+                # Not NVML's way of failing (those are handled inside): a bug, a bad checkpoint
+                # parse, a failing sysfs read. Log it, count it, back off and poll again.
+                log.exception("NVML poll cycle failed; retrying with backoff (the agent keeps running)")
+                self._metrics.poll_errors.inc()
+                wait = self._error_wait
+                self._error_wait = min(max(self._retry_max, self._poll), self._error_wait * 2)
+            else:
+                self._error_wait = self._poll
             self.cycles += 1
             self._stop.wait(wait)
 

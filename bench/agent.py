@@ -49,6 +49,7 @@ from agent.nodestate import NodeState
 from agent.nvmlworker import NVMLWorker
 from agent.pcitopology import InventoryTopology
 from agent.usage import SampleTarget, UsageSampler, targets_from
+from apis import names
 
 INVENTORY = Path(__file__).resolve().parents[1] / "examples" / "inventories" / "h100-8x-nvlink.yaml"
 BUDGET_MS = 5.0
@@ -93,7 +94,7 @@ def measure_poll(nvml: FakeNVML, proc_root: str, cycles: int) -> float:
         topology=InventoryTopology(load_inventory(str(INVENTORY))),
         resolver=PidResolver(proc_root=proc_root),
         checkpoint=CheckpointReader(os.path.join(proc_root, "no-checkpoint")),
-        external_resources=("nvidia.com/gpu",),
+        external_resources=(names.NVIDIA_GPU,),
         metrics=metrics,
         discovery_interval_s=1e9,  # discovery happens once a minute, not per poll
         watch_xids=False,

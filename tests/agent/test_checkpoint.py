@@ -14,8 +14,10 @@ from agent.checkpoint import (
     parse_checkpoint,
     read_checkpoint,
 )
+from agent.config import AgentConfig
 from agent.discovery import discover
 from agent.pcitopology import InventoryTopology
+from apis import names
 from apis.devices import ExternalHolder, NodeDevices
 from tests.agent.helpers import MIXED, data_file, started_fake
 
@@ -34,10 +36,12 @@ def test_the_sample_checkpoint_lists_every_entry_with_numa_keyed_device_ids() ->
     ]
 
 
-def test_gpus_held_by_the_nvidia_plugin_become_external_holders() -> None:
+def test_gpus_held_by_the_nvidia_plugin_become_external_holders_by_default() -> None:
     devices = _mixed_devices()
     entries = read_checkpoint(data_file("kubelet_internal_checkpoint"))
-    holders = external_holders(entries, devices=devices, resource_names=["nvidia.com/gpu", "nvidia.com/mig-*"])
+    default = AgentConfig().external_resources
+    assert default == (names.NVIDIA_GPU, names.NVIDIA_MIG_RESOURCE_PREFIX + "*")
+    holders = external_holders(entries, devices=devices, resource_names=default)
     assert holders == (
         ExternalHolder(devices.gpus[1].uuid, "b7e1c2d3-4f5a-4b6c-8d7e-9f0a1b2c3d4e", "trainer", "nvidia.com/gpu"),
         # A time-sliced replica ("::2") is the GPU itself.

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from agent.admissions import GPUHeld, Hold
 from agent.discovery import discover
 from agent.hook import NO_ANSWER, HookRequest, HookSettings, decide
 from agent.isolation import Isolation, IsolationPaths
@@ -183,3 +184,53 @@ def test_a_share_of_a_whole_gpu_in_mig_mode_is_refused() -> None:
     devices = _devices(A100_MIG)
     decision = decide(_request(_signed(_share(devices, 0))), devices=devices, settings=_settings(Isolation.HAMI_CORE))
     assert decision.edits is None and "MIG mode" in decision.rejection
+
+
+def _held(devices: NodeDevices, index: int, *, core: int, memory: int, pods: int = 1) -> dict[str, GPUHeld]:
+    uids = frozenset(f"admitted-{i}" for i in range(pods))
+    return {devices.gpus[index].uuid: GPUHeld(core_percent=core, memory_bytes=memory, pods=uids)}
+
+
+def test_a_share_that_fits_next_to_the_admitted_pods_is_admitted_with_its_holds() -> None:
+    devices = _devices()
+    share = replace(_share(devices, 0, core=40, memory=4 * GiB), uuid="")  # named by minor only
+    decision = decide(
+        _request(_signed(share)), devices=devices, settings=_settings(Isolation.HAMI_CORE),
+        held=_held(devices, 0, core=60, memory=4 * GiB),
+    )
+    assert decision.edits is not None and not decision.rejection
+    assert decision.holds == (Hold(gpu_uuid=devices.gpus[0].uuid, core_percent=40, memory_bytes=4 * GiB),)
+
+
+@pytest.mark.parametrize(
+    ("core", "memory", "held_core", "held_memory"),
+    [(50, GiB, 60, GiB), (10, 8 * GiB, 10, 8 * GiB)],
+    ids=["compute", "memory"],
+)
+def test_a_pod_that_would_overcommit_a_gpu_next_to_admitted_pods_is_refused(
+    core: int, memory: int, held_core: int, held_memory: int
+) -> None:
+    devices = _devices()
+    gpu = devices.gpus[1]
+    assert memory + held_memory > gpu.memory_bytes or core + held_core > 100
+    decision = decide(
+        _request(_signed(_share(devices, 1, core=core, memory=memory))), devices=devices,
+        settings=_settings(Isolation.HAMI_CORE), held=_held(devices, 1, core=held_core, memory=held_memory, pods=2),
+    )
+    assert decision.edits is None and decision.holds == ()
+    assert f"GPU {gpu.uuid}" in decision.rejection
+    assert f"{held_core}% and {held_memory} bytes held by 2 pod(s) already admitted" in decision.rejection
+
+
+def test_a_mig_instance_another_pod_holds_is_refused() -> None:
+    devices = _devices(A100_MIG)
+    gpu = devices.gpus[1]
+    mig = gpu.mig_instances[1]
+    share = GPUShare(
+        minor=gpu.minor, uuid=gpu.uuid, core_percent=100, memory_bytes=mig.memory_bytes,
+        memory_ratio_percent=100, mig_uuid=mig.uuid,
+    )
+    held = {gpu.uuid: GPUHeld(mig={mig.uuid: frozenset({"other-pod"})})}
+    decision = decide(_request(_signed(share)), devices=devices, settings=_settings(Isolation.HAMI_CORE), held=held)
+    assert decision.edits is None
+    assert f"MIG instance {mig.uuid} is already held by 1 pod(s) already admitted on this node (other-pod)" in decision.rejection

@@ -73,17 +73,23 @@ def running() -> Iterator[Running]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _request(annotations: dict[str, str]) -> hooks_pb2.ContainerHookRequest:
+def _request(
+    annotations: dict[str, str], *, uid: str = UID, container: str = "main"
+) -> hooks_pb2.ContainerHookRequest:
     return hooks_pb2.ContainerHookRequest(
-        pod=hooks_pb2.PodSandboxMeta(name="trainer-0", namespace="ml", uid=UID, annotations=annotations),
-        container=hooks_pb2.ContainerMeta(name="main"),
+        pod=hooks_pb2.PodSandboxMeta(name="trainer-0", namespace="ml", uid=uid, annotations=annotations),
+        container=hooks_pb2.ContainerMeta(name=container),
     )
 
 
-def _signed(devices: NodeDevices) -> dict[str, str]:
+def _signed(devices: NodeDevices, *, uid: str = UID, core: int = 50) -> dict[str, str]:
     gpu = devices.gpus[0]
-    share = GPUShare(minor=gpu.minor, uuid=gpu.uuid, core_percent=50, memory_bytes=2**32, memory_ratio_percent=25)
-    return allocation_annotations(KEY, pod_uid=UID, node_name=NODE, allocation=Allocation(gpus=(share,)))
+    share = GPUShare(minor=gpu.minor, uuid=gpu.uuid, core_percent=core, memory_bytes=2**32, memory_ratio_percent=25)
+    return allocation_annotations(KEY, pod_uid=uid, node_name=NODE, allocation=Allocation(gpus=(share,)))
+
+
+def _stop_sandbox(running: Running, uid: str) -> None:
+    running.stub.PostStopPodSandbox(hooks_pb2.PodSandboxHookRequest(pod=hooks_pb2.PodSandboxMeta(uid=uid)), timeout=5)
 
 
 def test_a_signed_allocation_gets_env_and_mounts_and_its_cache_directory(running: Running) -> None:
@@ -118,7 +124,7 @@ def test_without_a_signing_key_allocations_are_refused_and_other_pods_untouched(
 
 def test_stopping_the_pod_sandbox_removes_its_cache_directories(running: Running) -> None:
     running.stub.PreCreateContainer(_request(_signed(running.devices)), timeout=5)
-    running.stub.PostStopPodSandbox(hooks_pb2.PodSandboxHookRequest(pod=hooks_pb2.PodSandboxMeta(uid=UID)), timeout=5)
+    _stop_sandbox(running, UID)
     assert os.listdir(running.cache_root) == []
 
 
@@ -130,3 +136,44 @@ def test_the_socket_serves_health_and_reflection(running: Running) -> None:
     answers = reflect.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
     listed = {s.name for a in answers for s in a.list_services_response.service}
     assert SERVICE_NAME in listed and "grpc.health.v1.Health" in listed
+
+
+OTHER_UID = "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
+
+
+def test_a_pod_that_would_overcommit_a_gpu_next_to_an_admitted_pod_is_refused_until_that_pod_stops(
+    running: Running,
+) -> None:
+    first = running.stub.PreCreateContainer(_request(_signed(running.devices, core=60)), timeout=5)
+    assert not first.HasField("rejection")
+    other = _request(_signed(running.devices, uid=OTHER_UID, core=50), uid=OTHER_UID)
+    refused = running.stub.PreCreateContainer(other, timeout=5)
+    reason = refused.rejection.reason
+    assert f"GPU {running.devices.gpus[0].uuid}" in reason
+    assert f"60% and {2**32} bytes held by 1 pod(s) already admitted on this node ({UID})" in reason
+    assert not refused.set_envs
+    _stop_sandbox(running, UID)
+    assert not running.stub.PreCreateContainer(other, timeout=5).HasField("rejection")
+    assert running.metrics.admitted_pods._value.get() == 1
+
+
+def test_restarts_and_more_containers_of_one_pod_do_not_count_twice(running: Running) -> None:
+    annotations = _signed(running.devices, core=60)
+    for container in ("main", "main", "sidecar"):  # a restart of main, then a second container
+        response = running.stub.PreCreateContainer(_request(annotations, container=container), timeout=5)
+        assert not response.HasField("rejection"), response.rejection.reason
+    fits = _request(_signed(running.devices, uid=OTHER_UID, core=40), uid=OTHER_UID)
+    assert not running.stub.PreCreateContainer(fits, timeout=5).HasField("rejection")
+    assert running.metrics.admitted_pods._value.get() == 2
+
+
+def test_a_restarted_agent_starts_with_an_empty_ledger_and_readmits_running_pods() -> None:
+    nvml, inventory = started_fake(T4)
+    devices = discover(nvml, node_name=NODE, topology=InventoryTopology(inventory)).devices
+    restarted = GPUHookServicer(
+        devices=lambda: devices, settings=lambda: HookSettings(node_name=NODE, key=KEY, isolation=Isolation.NONE)
+    )
+    assert restarted.ledger.pods() == {}
+    response = restarted.PreCreateContainer(_request(_signed(devices, core=60)), context=None)  # type: ignore[arg-type]
+    assert not response.HasField("rejection")
+    assert list(restarted.ledger.pods()) == [UID]

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from agent.cgroups import PidResolver
-from agent.checkpoint import CheckpointReader
+from agent.checkpoint import CheckpointEntry, CheckpointReader
 from agent.fakenvml import FakeNVML
 from agent.health import HealthTracker
 from agent.inventory import load_inventory
@@ -16,6 +16,7 @@ from agent.metrics import AgentMetrics
 from agent.nodestate import NodeState
 from agent.nvmlworker import NVMLWorker
 from agent.pcitopology import InventoryTopology
+from apis import names
 from apis.devices import NodeDevices
 from tests.agent.helpers import T4, data_file
 
@@ -29,7 +30,14 @@ def _wait(condition: Callable[[], bool], *, timeout: float = 10.0) -> None:
 
 
 class Node:
-    def __init__(self, *, quiet_period_s: float = 0.3, init_error: str = "", checkpoint: str = "/nonexistent") -> None:
+    def __init__(
+        self,
+        *,
+        quiet_period_s: float = 0.3,
+        init_error: str = "",
+        checkpoint: str = "/nonexistent",
+        reader: CheckpointReader | None = None,
+    ) -> None:
         inventory = load_inventory(T4)
         self.nvml = FakeNVML(inventory)
         self.nvml.set_init_error(init_error)
@@ -42,8 +50,8 @@ class Node:
             state=self.state,
             topology=InventoryTopology(inventory),
             resolver=PidResolver(proc_root="/nonexistent"),
-            checkpoint=CheckpointReader(checkpoint),
-            external_resources=("nvidia.com/gpu",),
+            checkpoint=reader or CheckpointReader(checkpoint),
+            external_resources=(names.NVIDIA_GPU,),
             metrics=self.metrics,
             poll_interval_s=0.05,
             discovery_interval_s=0.5,
@@ -145,3 +153,36 @@ def test_nothing_counts_as_ready_before_nvml_was_tried_once() -> None:
     assert not n.state.ready()  # reporters wait: "no GPUs" now would only be "not looked yet"
     n.worker.run_once()
     assert n.state.ready() and n.devices().gpus == ()
+
+
+class BrokenCheckpointReader(CheckpointReader):
+    """Raises what no handler expects (a bug's way of failing) while `broken` is set."""
+
+    broken = True
+
+    def entries(self) -> tuple[CheckpointEntry, ...]:
+        if self.broken:
+            raise ValueError("unexpected checkpoint layout")
+        return super().entries()
+
+
+def test_an_unexpected_error_in_a_cycle_is_logged_counted_and_polling_goes_on(
+    tmp_path: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    import shutil
+
+    path = f"{tmp_path}/kubelet_internal_checkpoint"
+    shutil.copy(data_file("kubelet_internal_checkpoint.pre-1.20"), path)  # holds GPU index 2
+    reader = BrokenCheckpointReader(path)
+    n = Node(reader=reader)
+    n.worker.start()
+    try:
+        _wait(lambda: n.metrics.poll_errors._value.get() >= 3)
+        assert n.worker._thread.is_alive()
+        assert any(r.exc_info and "unexpected checkpoint layout" in str(r.exc_info[1]) for r in caplog.records)
+        reader.broken = False
+        # The loop still runs: what the next cycles read reaches the report.
+        _wait(lambda: bool(n.devices().external_holders))
+        assert [h.gpu_uuid for h in n.devices().external_holders] == [n.devices().gpus[2].uuid]
+    finally:
+        n.worker.stop(2)

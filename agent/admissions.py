@@ -1,0 +1,99 @@
+"""What the hook has admitted on this node: pod UID -> the GPU shares it holds.
+
+The scheduler's allocation is checked against the node as it is, but a
+signed allocation alone says nothing about the other pods already running on
+the same GPU: two pods each signed for 60% of one GPU would both pass a
+per-pod check. The ledger remembers every admitted pod's shares so the hook
+can refuse the one that overcommits.
+
+Fed by PreCreateContainer admissions, released by PostStopPodSandbox.
+Recording a pod UID again replaces its entry, so restarts and several
+containers of one pod never count twice. The ledger lives in memory: after an
+agent restart it starts empty, which only lets the next admissions through
+without the pods that were already running, never blocks anyone.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One share an admitted pod holds: part of a whole GPU, or one MIG instance of it."""
+
+    gpu_uuid: str
+    core_percent: int = 0
+    memory_bytes: int = 0
+    #: Set for a MIG share; such a share holds the instance, not core or memory of the GPU.
+    mig_uuid: str = ""
+
+
+@dataclass(frozen=True)
+class GPUHeld:
+    """What other admitted pods hold of one GPU."""
+
+    core_percent: int = 0
+    memory_bytes: int = 0
+    #: Pods holding part of the whole GPU.
+    pods: frozenset[str] = frozenset()
+    #: MIG instance UUID -> the pods holding it.
+    mig: Mapping[str, frozenset[str]] | None = None
+
+
+def held_by_gpu(entries: Iterable[tuple[str, tuple[Hold, ...]]]) -> dict[str, GPUHeld]:
+    """Sum (pod UID, holds) pairs per GPU."""
+    core: dict[str, int] = {}
+    memory: dict[str, int] = {}
+    pods: dict[str, set[str]] = {}
+    mig: dict[str, dict[str, set[str]]] = {}
+    for pod_uid, holds in entries:
+        for h in holds:
+            if h.mig_uuid:
+                mig.setdefault(h.gpu_uuid, {}).setdefault(h.mig_uuid, set()).add(pod_uid)
+                continue
+            core[h.gpu_uuid] = core.get(h.gpu_uuid, 0) + h.core_percent
+            memory[h.gpu_uuid] = memory.get(h.gpu_uuid, 0) + h.memory_bytes
+            pods.setdefault(h.gpu_uuid, set()).add(pod_uid)
+    return {
+        uuid: GPUHeld(
+            core_percent=core.get(uuid, 0),
+            memory_bytes=memory.get(uuid, 0),
+            pods=frozenset(pods.get(uuid, ())),
+            mig={m: frozenset(p) for m, p in mig.get(uuid, {}).items()} or None,
+        )
+        for uuid in set(core) | set(mig)
+    }
+
+
+class AdmissionLedger:
+    """The admitted pods of this node. Thread-safe.
+
+    Callers that check and then record hold `lock` across both, so two pods
+    racing for the last share of a GPU cannot both be admitted.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._pods: dict[str, tuple[Hold, ...]] = {}
+
+    def held(self, *, excluding: str = "") -> dict[str, GPUHeld]:
+        """Per GPU, what every admitted pod but `excluding` holds."""
+        with self.lock:
+            return held_by_gpu((uid, holds) for uid, holds in self._pods.items() if uid != excluding)
+
+    def record(self, *, pod_uid: str, holds: Iterable[Hold]) -> None:
+        """Admit `pod_uid` with `holds`, replacing what it held before (idempotent)."""
+        with self.lock:
+            self._pods[pod_uid] = tuple(holds)
+
+    def release(self, *, pod_uid: str) -> bool:
+        """Forget `pod_uid`; True when it was admitted. Releasing an unknown pod is fine."""
+        with self.lock:
+            return self._pods.pop(pod_uid, None) is not None
+
+    def pods(self) -> dict[str, tuple[Hold, ...]]:
+        with self.lock:
+            return dict(self._pods)
