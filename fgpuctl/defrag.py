@@ -119,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
         print("no move helps within the budget (nothing to do, or every blocking pod is pinned or fits nowhere else)")
     for number, move in enumerate(plan.moves, start=1):
         print(f"{number:3}. move {move.pod}: {move.from_node} -> {move.to_node} (GPU {','.join(map(str, move.gpus)) or '-'})")
-    for line in plan.skipped:
+    for line in plan.skipped[:5]:
         print(f"skipped {line}")
+    if len(plan.skipped) > 5:
+        print(f"skipped {len(plan.skipped) - 5} more node(s) for the same reason")
     return 0

@@ -330,18 +330,23 @@ class HoleWaste:
 
     def table_ids(self, *, model_ok: BoolArray, cpu_free: IntArray) -> IntArray:
         """The V table of each node (rows of `model_ok` / `cpu_free`)."""
-        allowed = model_ok & (cpu_free[:, None] >= self.workload.cpu[None, :])
-        packed = np.packbits(allowed, axis=1)
-        keys, inverse = np.unique(packed, axis=0, return_inverse=True)
-        ids = np.empty(len(keys), dtype=np.int64)
+        allowed = model_ok & (cpu_free[:, None] >= self.workload.cpu[None, :]) & self._gpu[None, :]
+        if allowed.shape[1] <= 62:
+            # Only GPU shapes matter and there are few: one integer per allowed set is a fast key.
+            packed = allowed.astype(np.int64) @ (np.int64(1) << np.arange(allowed.shape[1], dtype=np.int64))
+            keys, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+            raws = [int(k).to_bytes(8, "little") for k in keys]
+        else:
+            rows = np.packbits(allowed, axis=1)
+            unique_rows, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+            raws = [row.tobytes() for row in unique_rows]
+        ids = np.empty(len(raws), dtype=np.int64)
         grew = False
-        for k, key in enumerate(keys):
-            raw = key.tobytes()
+        for k, raw in enumerate(raws):
             known = self._ids.get(raw)
             if known is None:
-                first = int(np.flatnonzero(inverse.ravel() == k)[0])
                 known = len(self._tables)
-                self._tables.append(self._build(allowed[first]))
+                self._tables.append(self._build(allowed[int(first[k])]))
                 self._ids[raw] = known
                 grew = True
             ids[k] = known

@@ -21,7 +21,7 @@ rho comes from the target workload's GPU shapes and mu from `TargetWorkload.memo
 pods the policy sees, re-estimated whenever the number of pods seen doubles (and every 4096 pods),
 so cached scores stay valid in between.
 
-Parameters: `strand_weight` (default 2), `cpu_per_gpu_milli` and `memory_per_gpu_milli` to pin
+Parameters: `strand_weight` (default 3), `cpu_per_gpu_milli` and `memory_per_gpu_milli` to pin
 the ratios (0 leaves that resource out).
 """
 

@@ -99,7 +99,9 @@ class _Planner:
         self.pending = pending
         self.max_moves = max_moves
         self.core = scheduler_for(snapshot, policy=policy, workload=planning_workload(snapshot, pending))
-        self.where: dict[str, PlacedPod] = {p.pod.name: p for p in snapshot.pods}
+        self.by_node: dict[str, dict[str, PlacedPod]] = {n.name: {} for n in snapshot.nodes}
+        for placed in snapshot.pods:
+            self.by_node[placed.node][placed.pod.name] = placed
         self.moved: set[str] = set()
         self.budget_used: Counter[str] = Counter()
         self.holds: list[PodUID] = []
@@ -136,7 +138,7 @@ class _Planner:
         pending = self.pending
         if info.gpus < pending.num_gpu or (pending.gpu_spec and info.model not in pending.gpu_spec):
             return None
-        on_node = [p for p in self.where.values() if p.node == node]
+        on_node = list(self.by_node[node].values())
         per_gpu: list[list[PlacedPod]] = [[] for _ in range(info.gpus)]
         used = [0] * info.gpus
         for placed in on_node:
@@ -223,7 +225,8 @@ class _Planner:
                 self.skipped.append(f"{node}: its {len(blockers)} blocking pod(s) fit nowhere else")
                 continue
             for placed, move in zip(blockers, moves, strict=True):
-                self.where[placed.pod.name] = PlacedPod(placed.pod, move.to_node, move.gpus, placed.labels)
+                del self.by_node[placed.node][placed.pod.name]
+                self.by_node[move.to_node][placed.pod.name] = PlacedPod(placed.pod, move.to_node, move.gpus, placed.labels)
                 self.moved.add(placed.pod.name)
                 for name in self._budgets_of(placed):
                     self.budget_used[name] += 1

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -121,7 +122,31 @@ def test_simulate_names_an_unknown_policy(capsys: pytest.CaptureFixture[str]) ->
     assert "unknown policy nope" in capsys.readouterr().err
 
 
-def test_simulate_reports_a_broken_trace_file(capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
+def test_simulate_reports_a_broken_trace_file(capsys: pytest.CaptureFixture[str]) -> None:
     code = fgpuctl(["simulate", "--nodes", str(NODES_CSV), "--pods", "/nonexistent.csv", "--policy", "fgd"])
     assert code == 2
     assert "cannot open trace file" in capsys.readouterr().err
+
+
+def test_simulate_plot_draws_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "curve.png"
+    code = fgpuctl(
+        ["simulate", "--nodes", str(NODES_CSV), "--pods", str(PODS_CSV), "--policy", "fgd,fgpu", "--seed", "1", "--plot", str(out)]
+    )
+    assert code == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_simulate_plot_without_matplotlib_says_how_to_install_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("matplotlib is installed here")
+    code = fgpuctl(
+        ["simulate", "--nodes", str(NODES_CSV), "--pods", str(PODS_CSV), "--policy", "fgd", "--seed", "1", "--plot", str(tmp_path / "x.png")]
+    )
+    assert code == 2
+    assert "pip install 'fgpu[plot]'" in capsys.readouterr().err

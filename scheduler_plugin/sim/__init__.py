@@ -1,0 +1,1 @@
+"""Trace-driven simulator: replays production GPU traces through the scheduler core."""

@@ -1,0 +1,84 @@
+"""The fgpu policy's two look-ahead terms: stranded GPU and the eventual waste of holes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scheduler_plugin.core.cluster import ClusterState
+from scheduler_plugin.core.demand import Demand
+from scheduler_plugin.core.fragmentation import HoleWaste, PodShape, TargetWorkload
+from scheduler_plugin.core.policies import PolicyContext, make_policy
+from scheduler_plugin.core.policy_fgpu import FGPUPolicy, ResourceRatios
+from scheduler_plugin.sim.replay import place
+from tests.simulator.helpers import WORKLOAD, cluster, gpus_of, node, occupy, pod
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_cpu_heavy_pod_goes_where_its_cpu_strands_no_gpu(seed: int) -> None:
+    # WORKLOAD's GPU pods ask 4 CPU milli per milli-GPU: "dense" has exactly that, "rich" 4x more.
+    nodes = [node("dense", gpus=8, cpu=32000), node("rich", gpus=2, cpu=32000)]
+    core = cluster("fgpu", nodes, seed=seed)
+    assert place(core, pod("cpu-heavy", cpu=8000)) == "rich"
+
+
+def test_fgd_does_not_see_the_stranding_coming() -> None:
+    # The same cluster under fgd: no shape stops fitting, so every node ties and the node order decides.
+    chosen = {
+        place(cluster("fgd", [node("dense", gpus=8, cpu=32000), node("rich", gpus=2, cpu=32000)], seed=s), pod("c", cpu=8000))
+        for s in range(12)
+    }
+    assert chosen == {"dense", "rich"}
+
+
+def test_a_share_prefers_the_hole_the_workload_will_fill_over_one_it_never_fills() -> None:
+    workload = TargetWorkload(
+        shapes=(PodShape(cpu_milli=0, gpu_milli=470, num_gpu=1), PodShape(cpu_milli=0, gpu_milli=1000, num_gpu=1)),
+        weights=(0.5, 0.5),
+    )
+    core = cluster("fgpu", [node("a", gpus=2)], workload=workload)
+    # GPU 0 has 500 free, GPU 1 has 700 free. A 200 share leaves 300 (nothing fills it) or
+    # 500 (a 470 pod will): fgpu takes GPU 1 although GPU 0 is tighter.
+    occupy(core, "a", [50, 30])
+    share = pod("share", milli=200, cpu=0)
+    assert place(core, share) == "a"
+    assert gpus_of(core, share) == ("a", (1,))
+
+
+def test_hole_waste_follows_the_greedy_fill_of_the_workload() -> None:
+    workload = TargetWorkload(shapes=(PodShape(cpu_milli=1000, gpu_milli=470, num_gpu=1),), weights=(1.0,))
+    holes = HoleWaste(workload)
+    ids = holes.table_ids(model_ok=np.ones((2, 1), dtype=np.bool_), cpu_free=np.array([8000, 500]))
+    table = holes.table
+    assert table[ids[0], 53] == pytest.approx(60)  # 530 -> one 470 -> 60 left
+    assert table[ids[0], 100] == pytest.approx(60)  # 1000 -> 530 -> 60
+    assert table[ids[0], 19] == pytest.approx(190)  # nothing fits 190
+    assert table[ids[1], 100] == pytest.approx(1000)  # CPU short: no pod ever comes
+    assert holes.node_waste(np.array([[530, 190], [1000, 0]]), ids).tolist() == pytest.approx([250, 1000])
+
+
+def test_ratios_are_learnt_from_observed_pods_without_a_workload() -> None:
+    ratios = ResourceRatios(cpu=None, memory=None)
+    demand = Demand(gpus=1, core_percent=50, memory_bytes=None, memory_ratio_percent=50, whole=False, cpu_milli=5000, host_memory_bytes=10_000)
+    assert ratios.observe(demand)
+    assert ratios.cpu == pytest.approx(10.0) and ratios.memory == pytest.approx(20.0)
+    assert ratios.observe(demand)  # the 2nd pod doubles the count: re-estimated
+    assert not ratios.observe(demand)  # the 3rd does not
+
+
+def test_pinned_ratios_are_not_relearnt() -> None:
+    ratios = ResourceRatios(cpu=4.0, memory=0.0)
+    demand = Demand(gpus=1, core_percent=50, memory_bytes=None, memory_ratio_percent=50, whole=False, cpu_milli=5000)
+    assert not ratios.observe(demand)
+    assert ratios.cpu == 4.0
+
+
+def test_fgpu_rejects_unknown_parameters() -> None:
+    with pytest.raises(ValueError, match="unknown parameter\\(s\\) bogus"):
+        make_policy("fgpu", context=PolicyContext(state=ClusterState(), params={"bogus": 1.0}))
+
+
+def test_fgpu_takes_its_ratios_from_the_target_workload() -> None:
+    policy = make_policy("fgpu", context=PolicyContext(state=ClusterState(), options={"workload": WORKLOAD}))
+    assert isinstance(policy, FGPUPolicy)
+    assert policy.ratios.cpu == pytest.approx(4.0)
