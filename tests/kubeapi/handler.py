@@ -14,6 +14,7 @@ import json
 import logging
 import select
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -81,6 +82,13 @@ class HTTPServer(ThreadingHTTPServer):
         with self._connections_lock:
             self._connections.discard(request)
         super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client hanging up mid-watch (ENOTCONN, EPIPE, reset) is routine: informers
+        # reconnect. Only a real failure deserves socketserver's traceback.
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
 
     def end(self) -> None:
         """Stop serving and cut every open connection, as a crashing API server would."""
