@@ -9,6 +9,8 @@
   hook is back.
 - Otherwise a failed hook refuses the call when its policy is Fail and is
   skipped when it is Ignore; any hook's rejection refuses a Pre* call.
+- A GPU pod whose hooks all answered but none set NVIDIA_VISIBLE_DEVICES (or CDI
+  devices) is refused too: its GPU settings would be missing.
 - Unless a hook set NVIDIA_VISIBLE_DEVICES, the container gets `void`, so
   neither the image (CUDA images bake in `all`) nor the pod spec can hand a
   container GPUs the scheduler did not give it.
@@ -87,11 +89,18 @@ class Judgement:
 
 def stop_early(stage: Stage, outcome: HookOutcome, *, allocation: bool) -> bool:
     """Whether calling later hooks is pointless because this outcome already refuses the call."""
-    return judge(stage, outcomes=(outcome,), registered=1, allocation=allocation).refusal is not None
+    judgement = judge(stage, outcomes=(outcome,), registered=1, allocation=allocation, complete=False)
+    return judgement.refusal is not None
 
 
-def judge(stage: Stage, *, outcomes: Sequence[HookOutcome], registered: int, allocation: bool) -> Judgement:
-    """Folds the hook outcomes of one call (in call order) into what happens to it."""
+def judge(
+    stage: Stage, *, outcomes: Sequence[HookOutcome], registered: int, allocation: bool, complete: bool = True
+) -> Judgement:
+    """Folds the hook outcomes of one call (in call order) into what happens to it.
+
+    `complete=False` judges a prefix of the outcomes (a later hook may still supply
+    the GPU settings), so only refusals that no later answer can undo count.
+    """
     pre = stage in PRE_STAGES
     gpu_gate = stage is Stage.PRE_CREATE_CONTAINER and allocation
     if gpu_gate and registered == 0:
@@ -134,6 +143,20 @@ def judge(stage: Stage, *, outcomes: Sequence[HookOutcome], registered: int, all
             )
         else:
             ignored.append(f"{outcome.server}: {outcome.detail}")
+    if gpu_gate and complete and not any(
+        e.sets_env(names.NVIDIA_VISIBLE_DEVICES) or e.add_cdi_devices for e in edits
+    ):
+        # Every hook answered, yet none gave the container its GPUs: creating it would
+        # run a pod the scheduler gave GPUs to with `void` (or the image's `all`).
+        return Judgement(
+            refusal=(
+                "fgpu-runtime-proxy: the pod carries a GPU allocation but no hook server set "
+                f"{names.NVIDIA_VISIBLE_DEVICES} or CDI devices for it; the container is not created without its "
+                "GPU settings. Check that fgpu-agent is registered for PreCreateContainer in the proxy's hook "
+                "config directory; kubelet retries."
+            ),
+            code=grpc_code(grpc.StatusCode.FAILED_PRECONDITION),
+        )
     return Judgement(edits=tuple(edits) if pre else (), ignored=tuple(ignored))
 
 

@@ -32,7 +32,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -173,6 +173,8 @@ class Connection:
         self.b_settings: deque[dict[int, int]] = deque()
         self.withhold = 0
         self.blocked: list[_Stream] = []
+        # calls the runtime finished in the buffer being relayed, reported once it was written on
+        self.done: list[tuple[bytes, StreamKind, bytes | None, int, float]] = []
         self.last_sid = 0
         self.closing = False
         self.refusing: str | None = None
@@ -332,7 +334,7 @@ class Connection:
             backend.write(buf[out_start:pos])
         self.cbuf = buf[pos:] if pos < n else b""
 
-    def _decode(self, decoder: HeaderDecoder, fragment: bytes | bytearray | memoryview) -> list[Header]:
+    def _decode(self, decoder: HeaderDecoder, fragment: bytes | bytearray | memoryview) -> Sequence[Header]:
         try:
             return decoder.decode(fragment)
         except HPACKError as exc:
@@ -341,7 +343,7 @@ class Connection:
             self.close()
             return []
 
-    def _request_headers(self, sid: int, headers: list[Header], flags: int) -> None:
+    def _request_headers(self, sid: int, headers: Sequence[Header], flags: int) -> None:
         if self.closing:
             return
         st = self.streams.get(sid)
@@ -557,6 +559,14 @@ class Connection:
         elif out_start < pos:
             client.write(buf[out_start:pos])
         self.bbuf = buf[pos:] if pos < n else b""
+        if self.done:
+            self._report_done()
+
+    def _report_done(self) -> None:
+        done, self.done = self.done, []
+        finished = self.handler.finished
+        for path, kind, message, code, seconds in done:
+            finished(path, kind, message, code, seconds)
 
     def _backend_write(self, data: bytes) -> None:
         if self.backend is not None:
@@ -592,7 +602,7 @@ class Connection:
                 if st.pending is None:
                     self.blocked.remove(st)
 
-    def _response_end(self, sid: int, headers: list[Header] | None, *, rst_code: int | None = None) -> None:
+    def _response_end(self, sid: int, headers: Sequence[Header] | None, *, rst_code: int | None = None) -> None:
         st = self.streams.pop(sid, None)
         if st is None:
             return
@@ -611,7 +621,8 @@ class Connection:
         # (e.g. Unimplemented): nothing more goes to it
         self._abandon(st)
         message = bytes(st.body[5:]) if st.kind is not StreamKind.PASS and len(st.body) >= 5 else None
-        self.handler.finished(st.path, st.kind, message, code, time.perf_counter() - st.t0)
+        # metrics and post-call hooks wait until the response is on its way to kubelet
+        self.done.append((st.path, st.kind, message, code, time.perf_counter() - st.t0))
 
     # --- no runtime -------------------------------------------------------------------------------
 

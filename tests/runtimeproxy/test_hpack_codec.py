@@ -26,6 +26,17 @@ def test_decoder_follows_a_real_encoder_block_after_block(
         assert decoder.decode(encoder.encode(headers, huffman=huffman)) == headers
 
 
+def test_a_repeated_block_follows_the_table_when_an_index_changes_meaning() -> None:
+    encoder, decoder = hpack.Encoder(), HeaderDecoder()
+    decoder.decode(encoder.encode([(b"x-a", b"1")]))
+    newest = encoder.encode([(b"x-a", b"1")])  # one byte: dynamic index 62
+    assert decoder.decode(newest) == [(b"x-a", b"1")]
+    assert decoder.decode(newest) == [(b"x-a", b"1")]
+    decoder.decode(encoder.encode([(b"x-b", b"2")]))
+    assert encoder.encode([(b"x-b", b"2")]) == newest
+    assert decoder.decode(newest) == [(b"x-b", b"2")]
+
+
 def test_injected_blocks_leave_the_peers_table_as_it_was() -> None:
     encoder, peer = hpack.Encoder(), hpack.Decoder()
     peer.decode(encoder.encode([(b"grpc-status", b"0"), (b"x-a", b"1")]))

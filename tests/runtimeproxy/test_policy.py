@@ -38,6 +38,8 @@ FAILED_PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION.value[0]
         pytest.param(CREATE, [], 0, True, UNAVAILABLE, "no hook server is registered", id="gpu pod, no hook"),
         pytest.param(CREATE, [failed(p=IGNORE)], 1, True, UNAVAILABLE, "GPU allocation", id="gpu pod, Ignore hook down"),
         pytest.param(CREATE, [ok("a"), failed("b", p=IGNORE)], 2, True, UNAVAILABLE, "'b' failed", id="gpu pod, 2nd hook down"),
+        pytest.param(CREATE, [ok("other", edits=Edits(set_envs=(("A", "1"),)))], 1, True, FAILED_PRECONDITION,
+                     "no hook server set NVIDIA_VISIBLE_DEVICES", id="gpu pod, hooks answered without GPU settings"),
         pytest.param(CREATE, [failed(p=FAIL)], 1, False, UNAVAILABLE, "failurePolicy is Fail", id="Fail hook down"),
         pytest.param(CREATE, [rejected()], 1, False, FAILED_PRECONDITION, "bad signature", id="rejection"),
         pytest.param(Stage.PRE_RUN_POD_SANDBOX, [failed(p=FAIL)], 1, True, UNAVAILABLE, "failurePolicy is Fail",
@@ -58,6 +60,12 @@ def test_refusals(
         pytest.param(CREATE, [], 0, False, 0, 0, id="no gpu, no hook"),
         pytest.param(CREATE, [failed(p=IGNORE)], 1, False, 0, 1, id="no gpu, Ignore hook down"),
         pytest.param(CREATE, [ok("a"), ok("b")], 2, True, 2, 0, id="gpu pod, both answered"),
+        pytest.param(CREATE, [ok("other", edits=Edits(set_envs=(("A", "1"),))), ok("agent")], 2, True, 2, 0,
+                     id="gpu pod, GPU settings from the second hook"),
+        pytest.param(CREATE, [ok(edits=Edits(add_cdi_devices=("nvidia.com/gpu=0",)))], 1, True, 1, 0,
+                     id="gpu pod, GPUs given as CDI devices"),
+        pytest.param(CREATE, [ok("other", edits=Edits(set_envs=(("A", "1"),)))], 1, False, 1, 0,
+                     id="no gpu, hook without GPU settings"),
         pytest.param(Stage.PRE_RUN_POD_SANDBOX, [failed(p=IGNORE)], 1, True, 0, 1, id="sandbox: only containers are gated"),
         pytest.param(Stage.POST_START_CONTAINER, [failed(p=FAIL), rejected()], 2, True, 0, 2, id="post stages never refuse"),
         pytest.param(Stage.POST_START_CONTAINER, [ok()], 1, True, 0, 0, id="post stage edits are ignored"),
@@ -76,6 +84,8 @@ def test_a_refusing_outcome_stops_further_hook_calls() -> None:
     assert policy.stop_early(CREATE, failed(p=IGNORE), allocation=True)
     assert not policy.stop_early(CREATE, failed(p=IGNORE), allocation=False)
     assert policy.stop_early(CREATE, rejected(), allocation=False)
+    # A first hook without GPU settings does not stop the call: a later one may supply them.
+    assert not policy.stop_early(CREATE, ok("other", edits=Edits(set_envs=(("A", "1"),))), allocation=True)
 
 
 @pytest.mark.parametrize(
