@@ -17,8 +17,10 @@ resume, 410 after compaction, bookmarks, selectors, timeouts). Errors are
 real `Status` bodies. Fault injection: failing or hanging the next calls,
 pausing, dropping watches, restarting with or without state.
 Known gaps: no server-side apply (415), no admission beyond the strategies in
-`strategies.py`, no graceful pod deletion (there is no kubelet: a pod without
-finalizers goes at once), no version conversion between CRD versions.
+`strategies.py`, no version conversion between CRD versions. Graceful pod
+deletion (`deletion.py`) is opt-in, `KubeAPIServer(graceful_pod_deletion=True)`,
+since there is no kubelet: a test confirms with `kubelet_confirm_deletion`;
+by default a pod without finalizers goes at once.
 
 Own implementation rather than kmock: kmock's `KubernetesEmulator` (kmock
 0.8, installed) was weighed first. It is asyncio-only (tests here are
@@ -36,7 +38,7 @@ streaming) for HTTP, `jsonpatch` for RFC 6902 and PyYAML for manifests.
 Layout: `store.py` (objects, resourceVersion, history), `strategies.py`
 (per-kind create/update rules), `patching.py`, `schema.py` (CRD pruning and
 validation), `selectors.py`, `watching.py`, `routing.py`, `discovery.py`,
-`handler.py` (HTTP), `faults.py`, `server.py` (`KubeAPIServer`),
+`deletion.py`, `handler.py` (HTTP), `faults.py`, `server.py` (`KubeAPIServer`),
 `fixture.py` (the `kube_api` pytest fixture).
 """
 

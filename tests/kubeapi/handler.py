@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.kubeapi import discovery, errors, routing, selectors, watching
+from tests.kubeapi import deletion, discovery, errors, routing, selectors, watching
 from tests.kubeapi.faults import Faults
 from tests.kubeapi.resources import BINDINGS, ResourceInfo
 from tests.kubeapi.store import Matcher, Store
@@ -38,6 +38,18 @@ def _int_param(query: dict[str, str], name: str) -> int:
     if value < 0:
         raise errors.bad_request(f"invalid {name}={text!r}: must be a non-negative integer")
     return value
+
+
+def _delete_options(query: dict[str, str], body: Any) -> dict[str, Any]:
+    """DeleteOptions from the body, else from the query (the client sends `gracePeriodSeconds` there)."""
+    if body:
+        if not isinstance(body, dict):
+            raise errors.bad_request(f"the body of a delete must be DeleteOptions, got {type(body).__name__}")
+        return body
+    options: dict[str, Any] = {}
+    if query.get("gracePeriodSeconds"):
+        options["gracePeriodSeconds"] = deletion.grace_from_query(query["gracePeriodSeconds"])
+    return options
 
 
 class Context:
@@ -213,7 +225,7 @@ class Handler(BaseHTTPRequestHandler):
         elif route.target is routing.Target.COLLECTION:
             self._collection(method, resource, route, query, body)
         else:
-            self._object(method, resource, route, body)
+            self._object(method, resource, route, _delete_options(query, body) if method == "DELETE" else body)
 
     def _bind(self, method: str, route: routing.Route, body: Any) -> None:
         if method != "POST" or route.namespace is None:
@@ -252,7 +264,10 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(201, store.create(resource, route.namespace, body))
         elif method == "DELETE":
             self._send_json(
-                200, store.delete_collection(resource, route.namespace, self._matcher(resource, query))
+                200,
+                store.delete_collection(
+                    resource, route.namespace, self._matcher(resource, query), _delete_options(query, body)
+                ),
             )
         else:
             raise errors.method_not_allowed(f"{method} is not supported on a collection; name an object")
@@ -270,7 +285,7 @@ class Handler(BaseHTTPRequestHandler):
                 200, store.patch(resource, route.namespace, route.name, content_type, body, subresource=sub)
             )
         elif method == "DELETE" and sub is None:
-            self._send_json(200, store.delete(resource, route.namespace, route.name, body or {}))
+            self._send_json(200, store.delete(resource, route.namespace, route.name, body))
         else:
             raise errors.method_not_allowed(f"{method} is not supported on {self.path}")
 

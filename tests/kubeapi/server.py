@@ -26,7 +26,7 @@ import yaml
 from tests.kubeapi import errors, routing
 from tests.kubeapi.faults import Faults
 from tests.kubeapi.handler import Context, HTTPServer
-from tests.kubeapi.resources import CRD
+from tests.kubeapi.resources import CRD, PODS
 from tests.kubeapi.store import Store
 
 #: The Device CRD fgpu ships (hack/deploy/crds/device.yaml), for `install_crd`.
@@ -57,12 +57,23 @@ class KubeAPIServer:
     """An in-process Kubernetes API server speaking REST and watch over real HTTP."""
 
     def __init__(
-        self, *, history: int = 1000, bookmark_interval_s: float = 1.0, host: str = "127.0.0.1", port: int = 0
+        self,
+        *,
+        history: int = 1000,
+        bookmark_interval_s: float = 1.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        graceful_pod_deletion: bool = False,
     ) -> None:
+        """`graceful_pod_deletion`: a delete of a pod bound to a node leaves it terminating
+        (deletionTimestamp set) until `kubelet_confirm_deletion`, as a real cluster does; off,
+        pods go at once (the registry's legacy non-graceful strategy), which most tests expect."""
         self._host = host
         self._port = port
         self._context = Context(
-            store=Store(history=history), faults=Faults(), bookmark_interval_s=bookmark_interval_s
+            store=Store(history=history, graceful_pod_deletion=graceful_pod_deletion),
+            faults=Faults(),
+            bookmark_interval_s=bookmark_interval_s,
         )
         self._httpd: HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -177,6 +188,17 @@ class KubeAPIServer:
             return self._context.store.seed(resource, route.namespace or "", obj)
         except errors.ApiError as exc:
             raise ValueError(f"put_object({api_path_of_collection!r}): {exc.message}") from exc
+
+    def kubelet_confirm_deletion(self, namespace: str, name: str) -> dict[str, Any]:
+        """Act as the pod's kubelet once its containers stopped: delete with grace 0 (bypassing faults).
+
+        Returns what the API answers: the pod as last stored (still there while finalizers hold it)."""
+        store = self._context.store
+        pod = store.raw(PODS, namespace, name)
+        if pod is None:
+            raise ValueError(f"kubelet_confirm_deletion: no pod {namespace}/{name}; list pods to see which exist")
+        options = {"gracePeriodSeconds": 0, "preconditions": {"uid": pod["metadata"]["uid"]}}
+        return store.delete(PODS, namespace, name, options)
 
     def install_crd(self, manifest: Mapping[str, Any] | str) -> None:
         """Install (or replace) CRDs from a manifest dict or a YAML file path; their resources are served at once."""

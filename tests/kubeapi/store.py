@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tests.kubeapi import errors, patching, strategies
+from tests.kubeapi import deletion, errors, patching, strategies
 from tests.kubeapi.resources import BUILTIN, CRD, PODS, ResourceInfo, from_crd
 
 Obj = dict[str, Any]
@@ -60,12 +60,15 @@ def _comparable(obj: Mapping[str, Any]) -> Obj:
 
 
 class Store:
-    def __init__(self, *, history: int, clock: Callable[[], str] = _now) -> None:
+    def __init__(
+        self, *, history: int, clock: Callable[[], str] = _now, graceful_pod_deletion: bool = False
+    ) -> None:
         if history < 1:
             raise ValueError(f"history={history}: the double must retain at least one change; use e.g. 1000")
         self.cond = threading.Condition()
         self._history_limit = history
         self._clock = clock
+        self._graceful_pods = graceful_pod_deletion
         self.rv = 0
         #: Changes with rv <= compacted_rv are gone; a watch from before it gets 410.
         self.compacted_rv = 0
@@ -173,11 +176,16 @@ class Store:
         if _comparable(new) == _comparable(old):
             return old
         meta = new["metadata"]
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        # As the real store's shouldDeleteDuringUpdate: a graceful deletion still
+        # running (grace > 0) waits for the kubelet even when no finalizer is left.
+        if meta.get("deletionTimestamp") and not meta.get("finalizers") and not meta.get("deletionGracePeriodSeconds"):
             self._stamp(new)
             del self._objects[resource.storage_key][ns, name]
             self._record("DELETED", resource, ns, new, old)
             return new
+        return self._replace(resource, ns, name, new, old)
+
+    def _replace(self, resource: ResourceInfo, ns: str, name: str, new: Obj, old: Obj) -> Obj:
         self._stamp(new)
         self._objects[resource.storage_key][ns, name] = new
         self._record("MODIFIED", resource, ns, new, old)
@@ -245,6 +253,7 @@ class Store:
     def delete(
         self, resource: ResourceInfo, namespace: str | None, name: str, options: Mapping[str, Any]
     ) -> Obj:
+        requested = deletion.requested_grace(options)
         with self.cond:
             old = self._current(resource, namespace, name)
             preconditions = options.get("preconditions") or {}
@@ -252,6 +261,17 @@ class Store:
                 resource, old, preconditions.get("resourceVersion"), preconditions.get("uid")
             )
             ns = old["metadata"].get("namespace", "")
+            if self._graceful_pods and resource.kind == "Pod" and not resource.group:
+                marked = copy.deepcopy(old)
+                outcome = deletion.before_delete(marked, requested, now=self._clock())
+                if outcome is deletion.Outcome.PENDING:
+                    return _present(resource, old)
+                if outcome is deletion.Outcome.GRACEFUL:
+                    # Stored even when the grace is 0, as the real registry does:
+                    # watchers see the deletionTimestamp (MODIFIED) before DELETED.
+                    old = self._replace(resource, ns, name, marked, old)
+                    if old["metadata"].get("finalizers") or old["metadata"]["deletionGracePeriodSeconds"]:
+                        return _present(resource, old)
             if old["metadata"].get("finalizers"):
                 if old["metadata"].get("deletionTimestamp"):
                     return _present(resource, old)
@@ -275,14 +295,20 @@ class Store:
                 "details": details,
             }
 
-    def delete_collection(self, resource: ResourceInfo, namespace: str | None, matcher: Matcher) -> Obj:
+    def delete_collection(
+        self,
+        resource: ResourceInfo,
+        namespace: str | None,
+        matcher: Matcher,
+        options: Mapping[str, Any] | None = None,
+    ) -> Obj:
         with self.cond:
             names = [
                 (ns, name)
                 for (ns, name), obj in sorted(self._objects[resource.storage_key].items())
                 if (namespace is None or ns == namespace) and matcher(obj)
             ]
-            deleted = [self.delete(resource, ns or None, name, {}) for ns, name in names]
+            deleted = [self.delete(resource, ns or None, name, options or {}) for ns, name in names]
         return self._list_body(resource, [d for d in deleted if d.get("kind") != "Status"], None)
 
     def bind(self, namespace: str, name: str, binding: Any) -> Obj:
