@@ -111,8 +111,8 @@ def _table(runs: list[dict[str, Any]], policies: tuple[str, ...], workloads: tup
                 )
     lines += [
         "",
-        "Mean wall time per seed (s) in this run, two at a time on a 2-core machine shared with other",
-        "work, so only a rough guide. Alone, `/usr/bin/time fgpuctl simulate --policy P --seed 42` on the",
+        "Mean wall time per seed (s) when each column was last run (up to --jobs at a time, on a machine shared with other",
+        "work), so only a rough guide. Alone, `/usr/bin/time fgpuctl simulate --policy P --seed 42` on the",
         "default trace took 4.3 s (fgd) and 5.3 s (fgpu) of CPU per seed.",
         "",
     ]

@@ -305,8 +305,9 @@ class HoleWaste:
 
     STEP = 10
 
-    def __init__(self, workload: TargetWorkload) -> None:
+    def __init__(self, workload: TargetWorkload, *, fill_supply: float = 0.0) -> None:
         self.workload = workload
+        self.fill_supply = fill_supply
         gpu = workload.gpu_shape
         self._gpu = gpu
         self._request = np.where(gpu, np.minimum(workload.milli, MILLI), 0) // self.STEP
@@ -325,7 +326,11 @@ class HoleWaste:
             if not fit.any() or rate[fit].sum() <= 0:
                 values[r] = r * self.STEP
             else:
-                values[r] = float((rate[fit] * values[r - request[fit]]).sum() / rate[fit].sum())
+                filled = float((rate[fit] * values[r - request[fit]]).sum() / rate[fit].sum())
+                # Many holes compete for the few pods small enough to fill them: a hole that only a
+                # rare shape fits is filled with probability (frequency of fitting shapes) / supply.
+                chance = min(1.0, float(rate[fit].sum()) / self.fill_supply) if self.fill_supply > 0 else 1.0
+                values[r] = chance * filled + (1.0 - chance) * r * self.STEP
         return values
 
     def table_ids(self, *, model_ok: BoolArray, cpu_free: IntArray) -> IntArray:

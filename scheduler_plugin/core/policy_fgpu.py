@@ -21,8 +21,9 @@ rho comes from the target workload's GPU shapes and mu from `TargetWorkload.memo
 pods the policy sees, re-estimated whenever the number of pods seen doubles (and every 4096 pods),
 so cached scores stay valid in between.
 
-Parameters: `strand_weight` (default 3), `cpu_per_gpu_milli` and `memory_per_gpu_milli` to pin
-the ratios (0 leaves that resource out).
+Parameters: `strand_weight` (default 3), `hole_weight` (0.3), `fill_supply` (0.02: holes that
+only rare shapes fit are filled with probability (their frequency) / fill_supply, 0 = always),
+`cpu_per_gpu_milli` and `memory_per_gpu_milli` to pin the ratios (0 leaves that resource out).
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ from scheduler_plugin.core.fragmentation import FloatArray, HoleWaste, TargetWor
 from scheduler_plugin.core.policies import BoolMatrix, PolicyContext, SlotArray, register_policy
 from scheduler_plugin.core.policy_fgd import FGDPolicy, share_milli
 
-PARAMS = ("strand_weight", "hole_weight", "cpu_per_gpu_milli", "memory_per_gpu_milli")
+PARAMS = ("strand_weight", "hole_weight", "fill_supply", "cpu_per_gpu_milli", "memory_per_gpu_milli")
 DEFAULT_STRAND_WEIGHT = 3.0
 DEFAULT_HOLE_WEIGHT = 0.3
+#: frequency of fitting shapes at which a hole is sure to be filled (see `HoleWaste`)
+DEFAULT_FILL_SUPPLY = 0.02
 #: re-estimate learnt ratios at least this often (pods seen)
 _RELEARN_EVERY = 4096
 
@@ -109,7 +112,8 @@ class FGPUPolicy(FGDPolicy):
         self.ratios = _ratios_for(given if isinstance(given, TargetWorkload) else None, context.params)
         self.strand_weight = float(context.params.get("strand_weight", DEFAULT_STRAND_WEIGHT))
         self.hole_weight = float(context.params.get("hole_weight", DEFAULT_HOLE_WEIGHT))
-        self.holes = HoleWaste(self.index.workload)
+        fill_supply = float(context.params.get("fill_supply", DEFAULT_FILL_SUPPLY))
+        self.holes = HoleWaste(self.index.workload, fill_supply=fill_supply)
 
     def stranded(self, idle: FloatArray, cpu_free: FloatArray, memory_free: FloatArray) -> FloatArray:
         """GPU (milli) that the node's CPU or memory can't feed, per node; untracked resources are +inf."""

@@ -57,6 +57,23 @@ def test_hole_waste_follows_the_greedy_fill_of_the_workload() -> None:
     assert holes.node_waste(np.array([[530, 190], [1000, 0]]), ids).tolist() == pytest.approx([250, 1000])
 
 
+def test_a_hole_only_a_rare_shape_fits_is_filled_in_proportion_to_that_shape_s_supply() -> None:
+    workload = TargetWorkload(
+        shapes=(PodShape(cpu_milli=0, gpu_milli=470, num_gpu=1), PodShape(cpu_milli=0, gpu_milli=160, num_gpu=1)),
+        weights=(0.99, 0.01),
+    )
+    everywhere = np.ones((1, 2), dtype=np.bool_), np.array([8000])
+    always = HoleWaste(workload)
+    scarce = HoleWaste(workload, fill_supply=0.04)
+    ids_always = always.table_ids(model_ok=everywhere[0], cpu_free=everywhere[1])
+    ids_scarce = scarce.table_ids(model_ok=everywhere[0], cpu_free=everywhere[1])
+    # 190: only the 1% shape fits; a supply of 4% fills it a quarter of the time (190 -> 30).
+    assert always.table[ids_always[0], 19] == pytest.approx(30)
+    assert scarce.table[ids_scarce[0], 19] == pytest.approx(0.25 * 30 + 0.75 * 190)
+    # 530: the common 470 fits, so it is filled as surely as before.
+    assert scarce.table[ids_scarce[0], 53] == pytest.approx(0.99 * 60 + 0.01 * scarce.table[ids_scarce[0], 37])
+
+
 def test_ratios_are_learnt_from_observed_pods_without_a_workload() -> None:
     ratios = ResourceRatios(cpu=None, memory=None)
     demand = Demand(gpus=1, core_percent=50, memory_bytes=None, memory_ratio_percent=50, whole=False, cpu_milli=5000, host_memory_bytes=10_000)
