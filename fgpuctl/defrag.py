@@ -3,10 +3,14 @@
     fgpuctl defrag-plan --snapshot SNAPSHOT.json --gpus 8 [--gpu-milli 1000] [--cpu 8000] [--memory-mib 0]
                         [--model G2 ...] [--max-moves 10] [--policy fgpu] [--json]
     fgpuctl defrag-plan --nodes NODES.csv --pods PODS.csv --seed 42 --arrived 100 --gpus 1 ...
+    fgpuctl defrag-plan --kubeconfig FILE --gpus 1 ...        # a live cluster, from the API
+    fgpuctl defrag-plan --scheduler ADDRESS --gpus 1 ...      # a live cluster, from the scheduler
 
 The cluster comes from a snapshot file (nodes, placed pods and their GPUs, disruption budgets;
-see scheduler_plugin/sim/snapshot.py), or from a trace replay stopped at `--arrived` % (a
-simulator snapshot; `--write-snapshot` saves it). The plan respects the budgets and the move
+see scheduler_plugin/sim/snapshot.py), from a trace replay stopped at `--arrived` % (a
+simulator snapshot), or from a live cluster read as `fgpuctl inspect` reads it (the API with its
+PodDisruptionBudgets, or a running scheduler; see fgpuctl/live_snapshot.py); `--write-snapshot`
+saves what it planned on. The plan respects the budgets and the move
 budget, shows fragmentation and free whole GPUs / 8-GPU nodes before and after, and lists only
 moves the scheduler core itself would place.
 """
@@ -17,11 +21,21 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fgpuctl.live_snapshot import LiveSnapshot
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    source = parser.add_argument_group("cluster (a snapshot, or a trace replay)")
+    source = parser.add_argument_group("cluster (a snapshot, a trace replay, or a live cluster)")
     source.add_argument("--snapshot", help="snapshot JSON: nodes, pods with their node and GPUs, budgets")
+    source.add_argument(
+        "--kubeconfig", metavar="FILE", help="read Devices, Nodes, pods and PodDisruptionBudgets from this cluster"
+    )
+    source.add_argument(
+        "--scheduler", metavar="ADDRESS", help="ask a running fgpu-scheduler (unix:///path.sock or HOST:PORT)"
+    )
     source.add_argument("--nodes", help="trace node list CSV (with --pods)")
     source.add_argument("--pods", help="trace pod list CSV (with --nodes)")
     source.add_argument("--seed", type=int, default=42, help="replay seed (default 42)")
@@ -64,8 +78,18 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--gpu-milli {args.gpu_milli}: give 10..1000 in steps of 10 (1000 when --gpus > 1)")
     if args.max_moves < 0:
         return _fail(f"--max-moves {args.max_moves}: give 0 or more")
+    given = [f for f, v in (("--snapshot", args.snapshot), ("--kubeconfig", args.kubeconfig),
+                            ("--scheduler", args.scheduler), ("--nodes", args.nodes or args.pods)) if v]
+    if len(given) > 1:
+        return _fail(f"{' and '.join(given)}: give one cluster source")
+    notes: tuple[str, ...] = ()
     try:
-        if args.snapshot:
+        if args.kubeconfig or args.scheduler:
+            live = _live(args)
+            if isinstance(live, str):
+                return _fail(live)
+            snapshot, notes = live.snapshot, live.notes
+        elif args.snapshot:
             snapshot = load_snapshot(args.snapshot)
         elif args.nodes and args.pods:
             snapshot = snapshot_from_replay(
@@ -76,7 +100,10 @@ def run(args: argparse.Namespace) -> int:
                 arrived_pct=args.arrived,
             )
         else:
-            return _fail("give --snapshot FILE, or --nodes and --pods to plan on a trace replay")
+            return _fail(
+                "give --snapshot FILE, --kubeconfig FILE or --scheduler ADDRESS, "
+                "or --nodes and --pods to plan on a trace replay"
+            )
     except (SnapshotError, TraceError) as error:
         return _fail(str(error))
     if args.write_snapshot:
@@ -101,10 +128,13 @@ def run(args: argparse.Namespace) -> int:
                     "before": vars(plan.before),
                     "after": vars(plan.after),
                     "skipped": list(plan.skipped),
+                    "notes": list(notes),
                 }
             )
         )
         return 0
+    for note in notes:
+        print(f"note: {note}")
     shape = f"{pending.num_gpu} x {pending.gpu_milli / 1000:g} GPU, {pending.cpu_milli}m CPU, {pending.memory_mib} MiB"
     print(f"pending shape: {shape}")
     print(f"{'':18}{'before':>10}{'after':>10}")
@@ -124,3 +154,22 @@ def run(args: argparse.Namespace) -> int:
     if len(plan.skipped) > 5:
         print(f"skipped {len(plan.skipped) - 5} more node(s) for the same reason")
     return 0
+
+
+def _live(args: argparse.Namespace) -> LiveSnapshot | str:
+    """The live cluster's snapshot, or the one-line reason it could not be read."""
+    import grpc
+
+    from fgpuctl.cluster_state import from_scheduler, read_api
+    from fgpuctl.live_snapshot import LiveStateError, snapshot_from_api, snapshot_from_scheduler
+
+    try:
+        if args.scheduler:
+            return snapshot_from_scheduler(from_scheduler(args.scheduler, ()))
+        return snapshot_from_api(read_api(args.kubeconfig, (), budgets=True))
+    except grpc.RpcError as exc:
+        return f"--scheduler={args.scheduler}: {exc.code().name}: {exc.details()}"
+    except LiveStateError as exc:
+        return str(exc)
+    except Exception as exc:  # an unreachable or refusing API server: one line for the operator, not a traceback
+        return f"--kubeconfig={args.kubeconfig}: {exc}"

@@ -14,47 +14,13 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from apis import grpc_server
-from apis.fgpu.v1 import device_pb2, scheduler_pb2, scheduler_pb2_grpc
-from scheduler_plugin.core.api import NodeView
+from fgpuctl.cluster_state import GPURow, NodeRow, PodShare, from_api, from_scheduler
 
-
-@dataclass(frozen=True)
-class PodShare:
-    namespace: str
-    name: str
-    uid: str
-    core_percent: int
-    memory_bytes: int
-    assumed: bool
-
-
-@dataclass(frozen=True)
-class GPURow:
-    index: int
-    minor: int
-    uuid: str
-    model: str
-    healthy: bool
-    health_reason: str
-    memory_bytes: int
-    allocated_core_percent: int
-    allocated_memory_bytes: int
-    held_externally: bool
-    pods: tuple[PodShare, ...]
-
-
-@dataclass(frozen=True)
-class NodeRow:
-    name: str
-    driver_version: str
-    discovery_error: str
-    gpus: tuple[GPURow, ...]
+__all__ = ["GPURow", "NodeRow", "PodShare", "add_arguments", "from_api", "from_scheduler", "report_json", "run", "table"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,79 +45,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(table(rows), end="")
     return 0
-
-
-def from_scheduler(address: str, nodes: Sequence[str]) -> list[NodeRow]:
-    channel = grpc_server.insecure_channel(address, field="--scheduler")
-    try:
-        stub = scheduler_pb2_grpc.SchedulerStub(channel)  # type: ignore[no-untyped-call]
-        response = stub.GetNodeState(scheduler_pb2.GetNodeStateRequest(node_names=list(nodes)), timeout=30)
-    finally:
-        channel.close()
-    return [
-        NodeRow(
-            name=n.node_name,
-            driver_version=n.driver_version,
-            discovery_error=n.discovery_error,
-            gpus=tuple(
-                GPURow(
-                    index=g.device.index,
-                    minor=g.device.minor,
-                    uuid=g.device.uuid,
-                    model=g.device.model_label or g.device.model,
-                    healthy=g.device.health == device_pb2.HEALTHY,
-                    health_reason=g.device.health_reason,
-                    memory_bytes=g.device.memory_bytes,
-                    allocated_core_percent=g.allocated_core_percent,
-                    allocated_memory_bytes=g.allocated_memory_bytes,
-                    held_externally=g.held_externally,
-                    pods=tuple(PodShare(p.namespace, p.name, p.uid, p.core_percent, p.memory_bytes, p.assumed) for p in g.pods),
-                )
-                for g in n.gpus
-            ),
-        )
-        for n in response.nodes
-    ]
-
-
-def from_api(kubeconfig: str, nodes: Sequence[str]) -> list[NodeRow]:
-    from scheduler_plugin.backend_kubernetes import KubernetesBackend
-    from scheduler_plugin.core.scheduler import Scheduler
-    from scheduler_plugin.kube import Kube
-    from scheduler_plugin.scheduling import SchedulingService
-
-    kube = Kube.connect(kubeconfig=kubeconfig)
-    try:
-        backend = KubernetesBackend(kube)
-        service = SchedulingService(core_factory=Scheduler, backend=backend, signing_key=None)
-        service.load(backend.snapshot())
-        return [_row(v) for v in service.node_views(list(nodes) or None)]
-    finally:
-        kube.close()
-
-
-def _row(view: NodeView) -> NodeRow:
-    return NodeRow(
-        name=view.name,
-        driver_version=view.driver_version,
-        discovery_error=view.discovery_error,
-        gpus=tuple(
-            GPURow(
-                index=g.device.index,
-                minor=g.device.minor,
-                uuid=g.device.uuid,
-                model=g.device.model_label or g.device.model,
-                healthy=g.device.healthy,
-                health_reason=g.device.health_reason,
-                memory_bytes=g.device.memory_bytes,
-                allocated_core_percent=g.allocated_core_percent,
-                allocated_memory_bytes=g.allocated_memory_bytes,
-                held_externally=g.held_externally,
-                pods=tuple(PodShare(p.namespace, p.name, p.uid, p.core_percent, p.memory_bytes, p.assumed) for p in g.pods),
-            )
-            for g in view.gpus
-        ),
-    )
 
 
 def report_json(rows: Sequence[NodeRow]) -> dict[str, Any]:

@@ -53,6 +53,7 @@ class Kube:
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
         self._coordination = client.CoordinationV1Api(api_client)
+        self._policy = client.PolicyV1Api(api_client)
         self._timeout = request_timeout_s
 
     @classmethod
@@ -140,6 +141,10 @@ class Kube:
             resource_version=resource_version,
             timeout_s=timeout_s,
         )
+
+    def list_pod_disruption_budgets(self) -> Listing:
+        """policy/v1 PodDisruptionBudgets of all namespaces (read by `fgpuctl defrag-plan`)."""
+        return _listing(self._call(self._policy.list_pod_disruption_budget_for_all_namespaces))
 
     # --- events and leases ---------------------------------------------------
 

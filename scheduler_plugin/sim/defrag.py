@@ -121,7 +121,7 @@ class _Planner:
         return True
 
     def _budgets_of(self, placed: PlacedPod) -> list[str]:
-        return [b.name for b in self.snapshot.budgets if b.matches(placed.labels)]
+        return [b.name for b in self.snapshot.budgets if b.covers(placed)]
 
     def _movable(self, placed: PlacedPod) -> bool:
         if placed.pod.name in self.moved:
@@ -129,7 +129,7 @@ class _Planner:
         return all(
             self.budget_used[b.name] < b.max_unavailable
             for b in self.snapshot.budgets
-            if b.matches(placed.labels)
+            if b.covers(placed)
         )
 
     def _blockers(self, node: str) -> list[PlacedPod] | None:
@@ -150,7 +150,10 @@ class _Planner:
         need = pending.gpu_milli if pending.gpu_milli < MILLI_PER_GPU else MILLI_PER_GPU
         # Per GPU: the pods to clear so `need` is free there, largest first.
         costs: list[tuple[int, int, int, list[PlacedPod]]] = []
+        unusable = set(self.snapshot.unusable_gpus.get(node, ()))
         for g in range(info.gpus):
+            if g in unusable:
+                continue
             free = MILLI_PER_GPU - used[g]
             clear: list[PlacedPod] = []
             for placed in sorted(per_gpu[g], key=lambda p: -p.pod.gpu_milli):

@@ -2,19 +2,25 @@
 
 JSON form (as `fgpuctl defrag-plan --snapshot` reads and `--write-snapshot` writes)::
 
-    {"nodes": [{"name": "n1", "cpu_milli": 96000, "memory_mib": 393216, "gpus": 8, "model": "G2"}],
+    {"nodes": [{"name": "n1", "cpu_milli": 96000, "memory_mib": 393216, "gpus": 8, "model": "G2",
+                "unusable_gpus": [7]}],
      "pods": [{"name": "p1", "cpu_milli": 4000, "memory_mib": 8192, "num_gpu": 1, "gpu_milli": 500,
                "gpu_spec": [], "node": "n1", "gpus": [3], "labels": {"app": "web"}}],
-     "budgets": [{"name": "web", "selector": {"app": "web"}, "max_unavailable": 1}]}
+     "budgets": [{"name": "web", "selector": {"app": "web"}, "max_unavailable": 1},
+                 {"name": "ns/db", "selector": {}, "max_unavailable": 0, "pods": ["ns/db-0"]}]}
 
-A snapshot can also come from a trace replay stopped at some arrived % (`snapshot_from_replay`).
+`unusable_gpus` (optional) are GPUs that take no pod (unhealthy, or held by a pod outside fgpu).
+A budget with `pods` covers exactly those pods (a live PodDisruptionBudget whose selector and
+namespace were already resolved); without it, the pods whose labels match `selector`.
+A snapshot can also come from a trace replay stopped at some arrived % (`snapshot_from_replay`)
+or from a live cluster (`fgpuctl/live_snapshot.py`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +28,13 @@ from apis.allocation import Allocation, GPUShare
 from scheduler_plugin.core.api import NodeName, PodUID
 from scheduler_plugin.core.fragmentation import TargetWorkload
 from scheduler_plugin.core.scheduler import Scheduler
-from scheduler_plugin.sim.replay import SIM_GPU_MEMORY_BYTES, build_scheduler, place, pod_request
+from scheduler_plugin.sim.replay import (
+    SIM_GPU_MEMORY_BYTES,
+    build_scheduler,
+    node_devices,
+    place,
+    pod_request,
+)
 from scheduler_plugin.sim.trace import MILLI_PER_GPU, TraceNode, TracePod
 from scheduler_plugin.sim.workload import gpu_capacity_milli, order_and_tune, typical_shapes
 
@@ -46,9 +58,16 @@ class DisruptionBudget:
     name: str
     selector: Mapping[str, str]
     max_unavailable: int
+    #: when set, exactly the pods (by snapshot name) the budget covers; `selector` is then informative
+    pods: frozenset[str] | None = None
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         return bool(self.selector) and all(labels.get(k) == v for k, v in self.selector.items())
+
+    def covers(self, placed: PlacedPod) -> bool:
+        if self.pods is not None:
+            return placed.pod.name in self.pods
+        return self.matches(placed.labels)
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,8 @@ class Snapshot:
     nodes: tuple[TraceNode, ...]
     pods: tuple[PlacedPod, ...]
     budgets: tuple[DisruptionBudget, ...] = ()
+    #: node -> GPU indexes that take no pod (unhealthy, or held outside fgpu)
+    unusable_gpus: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def allocation_for(pod: TracePod, node: str, gpus: Sequence[int]) -> Allocation | None:
@@ -87,6 +108,14 @@ def scheduler_for(snapshot: Snapshot, *, policy: str, seed: int = 0, workload: T
     if workload is None:
         workload = typical_shapes([p.pod for p in snapshot.pods] or [_NOTHING])
     core = build_scheduler(snapshot.nodes, policy=policy, seed=seed, workload=workload)
+    for node in snapshot.nodes:
+        down = set(snapshot.unusable_gpus.get(node.name, ()))
+        if down and node.gpus:
+            devices = node_devices(node)
+            gpus = tuple(
+                replace(g, healthy=False, health_reason="unusable") if g.index in down else g for g in devices.gpus
+            )
+            core.upsert_node_devices(replace(devices, gpus=gpus))
     load_into(core, snapshot)
     return core
 
@@ -132,17 +161,24 @@ def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
     if not isinstance(data, Mapping):
         raise SnapshotError("snapshot: the document is not a JSON object with nodes, pods and budgets")
     nodes = []
+    unusable: dict[str, tuple[int, ...]] = {}
     for i, entry in enumerate(data.get("nodes") or []):
         where = f"nodes[{i}]"
-        nodes.append(
-            TraceNode(
-                name=_field(entry, "name", str, where),
-                cpu_milli=_field(entry, "cpu_milli", int, where),
-                memory_mib=_field(entry, "memory_mib", int, where),
-                gpus=_field(entry, "gpus", int, where),
-                model=str(entry.get("model", "")),
-            )
+        trace_node = TraceNode(
+            name=_field(entry, "name", str, where),
+            cpu_milli=_field(entry, "cpu_milli", int, where),
+            memory_mib=_field(entry, "memory_mib", int, where),
+            gpus=_field(entry, "gpus", int, where),
+            model=str(entry.get("model", "")),
         )
+        nodes.append(trace_node)
+        down = entry.get("unusable_gpus") or []
+        if not isinstance(down, list) or any(isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < trace_node.gpus for g in down):
+            raise SnapshotError(
+                f"{where} ({trace_node.name}): unusable_gpus {down!r} must list GPU indexes 0..{trace_node.gpus - 1}"
+            )
+        if down:
+            unusable[trace_node.name] = tuple(sorted(set(down)))
     if not nodes:
         raise SnapshotError("snapshot: 'nodes' is empty; list at least one node")
     known = {n.name: n for n in nodes}
@@ -178,21 +214,32 @@ def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
     budgets = []
     for i, entry in enumerate(data.get("budgets") or []):
         where = f"budgets[{i}]"
+        members = entry.get("pods")
+        if members is not None and (not isinstance(members, list) or not all(isinstance(m, str) for m in members)):
+            raise SnapshotError(f"{where}: field 'pods' = {members!r} is not a list of pod names")
         budget = DisruptionBudget(
             name=_field(entry, "name", str, where),
             selector=dict(_field(entry, "selector", dict, where)),
             max_unavailable=_field(entry, "max_unavailable", int, where),
+            pods=None if members is None else frozenset(members),
         )
         if budget.max_unavailable < 0:
             raise SnapshotError(f"{where}: max_unavailable = {budget.max_unavailable}; use 0 or more")
         budgets.append(budget)
-    return Snapshot(nodes=tuple(nodes), pods=tuple(pods), budgets=tuple(budgets))
+    return Snapshot(nodes=tuple(nodes), pods=tuple(pods), budgets=tuple(budgets), unusable_gpus=unusable)
 
 
 def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
     return {
         "nodes": [
-            {"name": n.name, "cpu_milli": n.cpu_milli, "memory_mib": n.memory_mib, "gpus": n.gpus, "model": n.model}
+            {
+                "name": n.name,
+                "cpu_milli": n.cpu_milli,
+                "memory_mib": n.memory_mib,
+                "gpus": n.gpus,
+                "model": n.model,
+                **({"unusable_gpus": list(snapshot.unusable_gpus[n.name])} if snapshot.unusable_gpus.get(n.name) else {}),
+            }
             for n in snapshot.nodes
         ],
         "pods": [
@@ -210,7 +257,13 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
             for p in snapshot.pods
         ],
         "budgets": [
-            {"name": b.name, "selector": dict(b.selector), "max_unavailable": b.max_unavailable} for b in snapshot.budgets
+            {
+                "name": b.name,
+                "selector": dict(b.selector),
+                "max_unavailable": b.max_unavailable,
+                **({"pods": sorted(b.pods)} if b.pods is not None else {}),
+            }
+            for b in snapshot.budgets
         ],
     }
 

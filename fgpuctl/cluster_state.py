@@ -1,0 +1,155 @@
+"""Reading a live cluster's GPU state, shared by `fgpuctl inspect` and `fgpuctl defrag-plan`.
+
+Two sources give the same per-GPU rows:
+
+- `read_api(kubeconfig)`: Device resources + pod annotations from the Kubernetes API, rebuilt here
+  by the scheduler's own loading code; it also keeps the Node facts (CPU/memory), the pods, and,
+  when asked, the PodDisruptionBudgets.
+- `from_scheduler(address)`: a running scheduler's own view (GetNodeState); GPUs and shares only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from apis import grpc_server
+from apis.fgpu.v1 import device_pb2, scheduler_pb2, scheduler_pb2_grpc
+from scheduler_plugin.core.api import NodeInfo, NodeView
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PodShare:
+    namespace: str
+    name: str
+    uid: str
+    core_percent: int
+    memory_bytes: int
+    assumed: bool
+
+
+@dataclass(frozen=True)
+class GPURow:
+    index: int
+    minor: int
+    uuid: str
+    model: str
+    healthy: bool
+    health_reason: str
+    memory_bytes: int
+    allocated_core_percent: int
+    allocated_memory_bytes: int
+    held_externally: bool
+    pods: tuple[PodShare, ...]
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    name: str
+    driver_version: str
+    discovery_error: str
+    gpus: tuple[GPURow, ...]
+
+
+@dataclass(frozen=True)
+class ApiState:
+    """What `read_api` saw at one moment."""
+
+    rows: tuple[NodeRow, ...]
+    #: Node facts by node name (allocatable CPU/memory, labels)
+    nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
+    #: pods holding resources (assigned, not finished), by uid, as the API wrote them
+    pods: Mapping[str, JSON] = field(default_factory=dict)
+    #: policy/v1 PodDisruptionBudgets as the API wrote them (only when asked for)
+    budgets: tuple[JSON, ...] = ()
+
+
+def from_scheduler(address: str, nodes: Sequence[str]) -> list[NodeRow]:
+    """GetNodeState of the scheduler at `address`; raises grpc.RpcError when it can't answer."""
+    channel = grpc_server.insecure_channel(address, field="--scheduler")
+    try:
+        stub = scheduler_pb2_grpc.SchedulerStub(channel)  # type: ignore[no-untyped-call]
+        response = stub.GetNodeState(scheduler_pb2.GetNodeStateRequest(node_names=list(nodes)), timeout=30)
+    finally:
+        channel.close()
+    return [
+        NodeRow(
+            name=n.node_name,
+            driver_version=n.driver_version,
+            discovery_error=n.discovery_error,
+            gpus=tuple(
+                GPURow(
+                    index=g.device.index,
+                    minor=g.device.minor,
+                    uuid=g.device.uuid,
+                    model=g.device.model_label or g.device.model,
+                    healthy=g.device.health == device_pb2.HEALTHY,
+                    health_reason=g.device.health_reason,
+                    memory_bytes=g.device.memory_bytes,
+                    allocated_core_percent=g.allocated_core_percent,
+                    allocated_memory_bytes=g.allocated_memory_bytes,
+                    held_externally=g.held_externally,
+                    pods=tuple(PodShare(p.namespace, p.name, p.uid, p.core_percent, p.memory_bytes, p.assumed) for p in g.pods),
+                )
+                for g in n.gpus
+            ),
+        )
+        for n in response.nodes
+    ]
+
+
+def from_api(kubeconfig: str, nodes: Sequence[str]) -> list[NodeRow]:
+    return list(read_api(kubeconfig, nodes).rows)
+
+
+def read_api(kubeconfig: str, nodes: Sequence[str], *, budgets: bool = False) -> ApiState:
+    """Devices, Nodes and pods (and PodDisruptionBudgets when `budgets`) from the cluster at `kubeconfig`."""
+    from scheduler_plugin import pods as pod_objects
+    from scheduler_plugin.backend_kubernetes import KubernetesBackend
+    from scheduler_plugin.core.scheduler import Scheduler
+    from scheduler_plugin.kube import Kube
+    from scheduler_plugin.scheduling import SchedulingService
+
+    kube = Kube.connect(kubeconfig=kubeconfig)
+    try:
+        backend = KubernetesBackend(kube)
+        listing = backend.snapshot()
+        service = SchedulingService(core_factory=Scheduler, backend=backend, signing_key=None)
+        service.load(listing)
+        rows = tuple(_row(v) for v in service.node_views(list(nodes) or None))
+        found = tuple(kube.list_pod_disruption_budgets().items) if budgets else ()
+    finally:
+        kube.close()
+    return ApiState(
+        rows=rows,
+        nodes={str(n.name): n for n in listing.nodes},
+        pods={str(pod_objects.uid(p)): p for p in listing.pods},
+        budgets=found,
+    )
+
+
+def _row(view: NodeView) -> NodeRow:
+    return NodeRow(
+        name=view.name,
+        driver_version=view.driver_version,
+        discovery_error=view.discovery_error,
+        gpus=tuple(
+            GPURow(
+                index=g.device.index,
+                minor=g.device.minor,
+                uuid=g.device.uuid,
+                model=g.device.model_label or g.device.model,
+                healthy=g.device.healthy,
+                health_reason=g.device.health_reason,
+                memory_bytes=g.device.memory_bytes,
+                allocated_core_percent=g.allocated_core_percent,
+                allocated_memory_bytes=g.allocated_memory_bytes,
+                held_externally=g.held_externally,
+                pods=tuple(PodShare(p.namespace, p.name, p.uid, p.core_percent, p.memory_bytes, p.assumed) for p in g.pods),
+            )
+            for g in view.gpus
+        ),
+    )
