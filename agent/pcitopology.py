@@ -31,10 +31,6 @@ def sysfs_bus_id(nvml_bus_id: str) -> str:
     return f"{domain[-4:]}:{rest}".lower()
 
 
-def same_bus_id(a: str, b: str) -> bool:
-    return sysfs_bus_id(a) == sysfs_bus_id(b)
-
-
 class SysfsTopology:
     """Reads a device's placement from sysfs rooted at `root` (normally "/sys")."""
 

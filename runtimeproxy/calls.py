@@ -46,16 +46,3 @@ class CallHandler(Protocol):
     def finished(self, path: bytes, kind: StreamKind, message: bytes | None, code: int, seconds: float) -> None:
         """Called once per call when its status is known (`message` for OBSERVE/EDIT calls)."""
         ...
-
-
-class PassThrough:
-    """A handler that intercepts nothing: the relay as a plain proxy (benchmarks, tests)."""
-
-    def classify(self, path: bytes) -> StreamKind:
-        return StreamKind.PASS
-
-    async def edit(self, path: bytes, message: bytes) -> Forward | Refuse:
-        return Forward()
-
-    def finished(self, path: bytes, kind: StreamKind, message: bytes | None, code: int, seconds: float) -> None:
-        return None

@@ -13,12 +13,6 @@ class ConfigError(ProxyError, ValueError):
     """A config file or flag the proxy cannot use; the message names the field, the value and the fix."""
 
 
-class RequestDecodeError(ProxyError):
-    """An intercepted CRI request whose fields the proxy needs could not be decoded."""
-
-    code = grpc.StatusCode.INVALID_ARGUMENT
-
-
 class HookCallError(ProxyError):
     """A hook server did not answer (down, timed out, failed)."""
 
