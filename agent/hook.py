@@ -27,6 +27,7 @@ from apis.devices import GPUInfo, NodeDevices
 from apis.signing import SignatureError, verify_pod_annotations
 
 _MAX_PERCENT = 100
+_MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -115,11 +116,19 @@ def decide(
                 uuid=mig.uuid, core_percent=share.core_percent, memory_bytes=mig.memory_bytes, unlimited=True
             )))
             continue
+        share_bytes = _share_memory(share, gpu)
+        if not share.whole and share_bytes < _MIB:
+            problems.append(
+                f"gpu[{i}] {gpu.uuid}: memory share of {share_bytes} bytes is under 1 MiB, a limit no isolation "
+                "backend can enforce (HAMi-core reads 0 as no limit); the allocation needs gpu-memory or "
+                "gpu-memory-ratio"
+            )
+            continue
         core, memory = used.get(gpu.uuid, (0, 0))
-        used[gpu.uuid] = (core + share.core_percent, memory + share.memory_bytes)
-        holds.append(Hold(gpu_uuid=gpu.uuid, core_percent=share.core_percent, memory_bytes=share.memory_bytes))
+        used[gpu.uuid] = (core + share.core_percent, memory + share_bytes)
+        holds.append(Hold(gpu_uuid=gpu.uuid, core_percent=share.core_percent, memory_bytes=share_bytes))
         visible.append((sysfs_bus_id(gpu.topology.bus_id) or f"{gpu.minor:08d}", VisibleGPU(
-            uuid=gpu.uuid, core_percent=share.core_percent, memory_bytes=share.memory_bytes, unlimited=share.whole
+            uuid=gpu.uuid, core_percent=share.core_percent, memory_bytes=share_bytes, unlimited=share.whole
         )))
     for uuid, (core, memory) in used.items():
         gpu = next(g for g in devices.gpus if g.uuid == uuid)
@@ -200,6 +209,19 @@ def _check_share(share: GPUShare, gpu: GPUInfo, *, seen_mig: set[str]) -> str:
     if share.memory_bytes > gpu.memory_bytes:
         return f"memory {share.memory_bytes} bytes is more than the GPU's {gpu.memory_bytes}"
     return ""
+
+
+def _share_memory(share: GPUShare, gpu: GPUInfo) -> int:
+    """The bytes a share may use on this GPU.
+
+    Koordinator-style allocations may carry only gpu-memory-ratio (no gpu-memory), which the
+    codec reads as 0 bytes; the ratio of this GPU's real size is what the scheduler meant.
+    """
+    if share.memory_bytes:
+        return share.memory_bytes
+    if share.whole:
+        return gpu.memory_bytes
+    return gpu.memory_bytes * share.memory_ratio_percent // 100
 
 
 def _pods_text(pods: frozenset[str], *, shown: int = 3) -> str:

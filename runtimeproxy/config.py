@@ -9,7 +9,7 @@
     socketMode: "0660"
     socketGroup: ""                        # group name or gid owning the listen socket
     forceVoid: true                        # NVIDIA_VISIBLE_DEVICES=void unless a hook set it
-    hookServerNamespaces: [fgpu-system, kube-system]   # where the hook-server label is honoured; [] = any
+    hookServerNamespaces: [fgpu-system, kube-system]   # where the hook-server label is honoured; [] = nowhere, ["*"] = any
     backendDialTimeout: 10s
     hookRefreshInterval: 1s
     lookupTimeout: 5s

@@ -52,10 +52,14 @@ def has_allocation(pod: PodFacts) -> bool:
 
 
 def bypasses_hooks(pod: PodFacts, *, hook_server_namespaces: Collection[str]) -> bool:
-    """True for a hook server's own pod: labelled, and in an allowed namespace (any when none are listed)."""
+    """True for a hook server's own pod: labelled, and in an allowed namespace.
+
+    An empty list allows none: the label skips every hook and the `void` rule, so honouring
+    it everywhere must be asked for explicitly with "*".
+    """
     if pod.labels.get(names.HOOK_SERVER_LABEL, "").lower() != "true":
         return False
-    return not hook_server_namespaces or pod.namespace in hook_server_namespaces
+    return "*" in hook_server_namespaces or pod.namespace in hook_server_namespaces
 
 
 class OutcomeKind(enum.Enum):
@@ -143,9 +147,7 @@ def judge(
             )
         else:
             ignored.append(f"{outcome.server}: {outcome.detail}")
-    if gpu_gate and complete and not any(
-        e.sets_env(names.NVIDIA_VISIBLE_DEVICES) or e.add_cdi_devices for e in edits
-    ):
+    if gpu_gate and complete and not (hooks_set_visible_devices(edits) or any(e.add_cdi_devices for e in edits)):
         # Every hook answered, yet none gave the container its GPUs: creating it would
         # run a pod the scheduler gave GPUs to with `void` (or the image's `all`).
         return Judgement(
@@ -160,6 +162,21 @@ def judge(
     return Judgement(edits=tuple(edits) if pre else (), ignored=tuple(ignored))
 
 
+def hooks_set_visible_devices(edits: Sequence[Edits]) -> bool:
+    """Whether NVIDIA_VISIBLE_DEVICES, after every hook's edits in order, is a value a hook set.
+
+    A later hook's unset undoes an earlier hook's set; left unset, containerd would fall back
+    to the image's baked-in `all`. Within one answer the set applies after the unset.
+    """
+    present = False
+    for e in edits:
+        if names.NVIDIA_VISIBLE_DEVICES in e.unset_envs:
+            present = False
+        if e.sets_env(names.NVIDIA_VISIBLE_DEVICES):
+            present = True
+    return present
+
+
 def needs_void(edits: Sequence[Edits], *, force_void: bool) -> bool:
-    """Whether the proxy sets NVIDIA_VISIBLE_DEVICES=void: on, and no hook set the variable."""
-    return force_void and not any(e.sets_env(names.NVIDIA_VISIBLE_DEVICES) for e in edits)
+    """Whether the proxy sets NVIDIA_VISIBLE_DEVICES=void: on, and no hook left the variable set."""
+    return force_void and not hooks_set_visible_devices(edits)

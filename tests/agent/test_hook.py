@@ -234,3 +234,27 @@ def test_a_mig_instance_another_pod_holds_is_refused() -> None:
     decision = decide(_request(_signed(share)), devices=devices, settings=_settings(Isolation.HAMI_CORE), held=held)
     assert decision.edits is None
     assert f"MIG instance {mig.uuid} is already held by 1 pod(s) already admitted on this node (other-pod)" in decision.rejection
+
+
+def test_a_share_given_only_as_a_ratio_is_limited_to_that_ratio_of_the_gpus_memory() -> None:
+    # Koordinator may write gpu-core and gpu-memory-ratio without gpu-memory; the codec reads 0 bytes.
+    devices = _devices()
+    gpu = devices.gpus[0]
+    decision = decide(
+        _request(_signed(_share(devices, 0, core=50, memory=0, ratio=25))), devices=devices,
+        settings=_settings(Isolation.HAMI_CORE),
+    )
+    assert decision.edits is not None and not decision.rejection
+    env = dict(decision.edits.envs)
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{gpu.memory_bytes * 25 // 100 // 2**20}m"
+    assert env[names.FGPU_MEMORY_BYTES] == str(gpu.memory_bytes * 25 // 100)
+    assert [h.memory_bytes for h in decision.holds] == [gpu.memory_bytes * 25 // 100]
+
+
+def test_a_share_with_less_than_a_mebibyte_of_memory_is_refused_rather_than_left_unlimited() -> None:
+    devices = _devices()
+    decision = decide(
+        _request(_signed(_share(devices, 0, core=50, memory=512 * 1024, ratio=0))), devices=devices,
+        settings=_settings(Isolation.HAMI_CORE),
+    )
+    assert decision.rejection and "under 1 MiB" in decision.rejection
