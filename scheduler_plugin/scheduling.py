@@ -7,11 +7,15 @@ signs allocations, makes binds durable through the backend, and records
 metrics and Events. I/O (the backend's bind) happens outside the lock, so a
 slow API server delays one bind, not every filter.
 
-A bind is reserve (under the lock) -> backend.bind (no lock) -> confirm. If
-the backend says the bind failed, the reservation is released; if it cannot
+A bind is reserve (under the lock) -> backend.bind (no lock) -> count the pod
+as bound (add_pod, which also re-adds it if the reservation expired or was
+dropped meanwhile). If the backend says the bind failed, the reservation is
+released; if it says the pod is bound elsewhere (Conflict), the pod is re-read
+and counted where it is bound, with the allocation it carries; if it cannot
 tell (Unavailable), the reservation stays assumed: either the pod shows up
 bound through the backend's feed (and is counted from its annotation), or the
-reservation expires. A GPU is therefore never counted twice, nor lost.
+reservation expires, and a retry reuses the reservation rather than choosing
+again. A GPU is therefore never counted twice, nor lost.
 """
 
 from __future__ import annotations
@@ -193,13 +197,19 @@ class SchedulingService:
                 # Outcome unknown: keep the reservation (see module docstring).
                 self.metrics.bind_failures.labels(step="unknown").inc()
                 raise
+            except Conflict:
+                self.metrics.bind_failures.labels(step="bind").inc()
+                self._count_bound_elsewhere(request)
+                raise
             except Exception:
                 self.metrics.bind_failures.labels(step="bind").inc()
                 with self._lock:
                     self._core.unreserve(request.uid)
                 raise
         with self._lock:
-            self._core.confirm(request.uid)
+            # Not confirm(): the reservation may have expired or been dropped
+            # (Unreserve, resync) while the bind ran; add_pod counts the pod either way.
+            self._core.add_pod(request, target, allocation)
             self._bound[request.uid] = target
         return signed
 
@@ -213,6 +223,11 @@ class SchedulingService:
 
     def _place(self, request: PodRequest) -> tuple[NodeName, Allocation] | None:
         with self._lock:
+            held = self._core.allocation_of(request.uid)
+            if held is not None:
+                # A retry (say after a bind whose answer was lost): the pod's own
+                # reservation fills its node, so select() would move it elsewhere.
+                return held
             with self.metrics.timed(Phase.FILTER):
                 chosen = self._core.select(request)
             if chosen is None:
@@ -384,6 +399,22 @@ class SchedulingService:
             return self._core.reserve(request, node)
         except SchedulingError as exc:
             raise Unschedulable(f"pod {request.key} does not fit on node {node}: {exc}") from exc
+
+    def _count_bound_elsewhere(self, request: PodRequest) -> None:
+        """After a Conflict: counts the pod where it is actually bound, with the allocation it carries."""
+        try:
+            current = self._backend.get_pod(namespace=request.namespace, name=request.name)
+        except Exception as exc:  # the feed will count it when it shows up bound
+            current = None
+            log.warning("pod %s: could not re-read it after a bind conflict: %s", request.key, exc)
+        with self._lock:
+            self._core.unreserve(request.uid)
+            if current is None or pods.uid(current) != request.uid or not pods.holds_resources(current):
+                log.warning("pod %s: bind conflict, and where it is bound is unknown; reservation released", request.key)
+                return
+            orphans = boundpods.add_bound(self._core, current, gpus=self._gpus, rules=self._rules(), key=self._key)
+            self._bound[request.uid] = NodeName(pods.node_name(current))
+        self._report_orphans(orphans)
 
     def _signed(self, uid: PodUID, node: NodeName, allocation: Allocation) -> SignedAllocation:
         if self._key is None:

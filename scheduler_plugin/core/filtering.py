@@ -176,6 +176,21 @@ def models_that_fit(state: ClusterState, slot: int, fits_row: BoolArray, scope: 
     return [model for _, _, model in sorted(candidates)]
 
 
+def scope_groups_that_fit(
+    state: ClusterState, slot: int, fits_row: BoolArray, scope: str, cards: int
+) -> list[BoolArray]:
+    """`fits_row` split by the node's groups of the scope's kind, keeping groups that hold all
+    `cards`, tightest first (the fewest fitting GPUs, then the group id)."""
+    groups = getattr(state, SCOPE_GROUPS[scope])[slot]
+    candidates = []
+    for group in sorted(set(groups[fits_row].tolist()) - {-1}):
+        mine = fits_row & (groups == group)
+        count = int(np.count_nonzero(mine))
+        if count >= cards:
+            candidates.append((count, group, mine))
+    return [mine for _, _, mine in sorted(candidates, key=lambda c: (c[0], c[1]))]
+
+
 def slots_for(state: ClusterState, names: Sequence[str]) -> SlotArray:
     """Slots of the named nodes, -1 for names the state does not know."""
     if not names:

@@ -37,6 +37,8 @@ class NodeRecord:
     #: the node's GPUs in slot order (sorted by index)
     gpus: tuple[GPUInfo, ...] = ()
     slot_by_uuid: dict[str, int] = field(default_factory=dict)
+    #: GPU minor -> slot, for annotations (Koordinator's) that name a GPU by minor only
+    slot_by_minor: dict[int, int] = field(default_factory=dict)
     #: MIG instance uuid -> (GPU slot, instance)
     mig_by_uuid: dict[str, tuple[int, MIGInstance]] = field(default_factory=dict)
     #: GPU uuids held outside fgpu (e.g. by nvidia.com/gpu pods)
@@ -54,6 +56,7 @@ class NodeRecord:
         gpus = tuple(sorted(devices.gpus, key=lambda g: (g.index, g.minor))) if devices else ()
         self.gpus = gpus
         self.slot_by_uuid = {gpu.uuid: slot for slot, gpu in enumerate(gpus)}
+        self.slot_by_minor = {gpu.minor: slot for slot, gpu in enumerate(gpus)}
         self.mig_by_uuid = {
             mig.uuid: (slot, mig)
             for slot, gpu in enumerate(gpus)
@@ -73,6 +76,8 @@ class NodeRecord:
         if share.mig_uuid:
             found = self.mig_by_uuid.get(share.mig_uuid)
             return found[0] if found else None
+        if not share.uuid:
+            return self.slot_by_minor.get(share.minor)
         return self.slot_by_uuid.get(share.uuid)
 
     def used_migs(self) -> set[str]:
@@ -94,10 +99,10 @@ class NodeRecord:
             for share in pod.allocation.gpus:
                 if share.mig_uuid:
                     continue
-                slot = self.slot_by_uuid.get(share.uuid)
+                slot = self.share_slot(share)
                 if slot is not None:
                     core[slot] += share.core_percent
-                    memory[slot] += share.memory_bytes
+                    memory[slot] += share_memory_bytes(share, self.gpus[slot])
         return core, memory
 
     def host_usage(self) -> tuple[int, int]:
@@ -114,6 +119,13 @@ class NodeRecord:
             for share in pod.allocation.gpus
             if self.share_slot(share) is None
         ]
+
+
+def share_memory_bytes(share: GPUShare, gpu: GPUInfo) -> int:
+    """Bytes a share holds; an annotation may give only a ratio (Koordinator's gpu-memory-ratio)."""
+    if share.memory_bytes == 0 and share.memory_ratio_percent > 0:
+        return gpu.memory_bytes * share.memory_ratio_percent // FULL_PERCENT
+    return share.memory_bytes
 
 
 def write_node_row(state: ClusterState, record: NodeRecord, slot: int) -> None:

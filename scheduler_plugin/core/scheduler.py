@@ -34,7 +34,16 @@ from scheduler_plugin.core.api import (
 )
 from scheduler_plugin.core.cluster import ClusterState
 from scheduler_plugin.core.demand import demand_of
-from scheduler_plugin.core.filtering import SCOPES, Constraints, FitResult, fit, model_table, models_that_fit
+from scheduler_plugin.core.filtering import (
+    SCOPE_GROUPS,
+    SCOPES,
+    Constraints,
+    FitResult,
+    fit,
+    model_table,
+    models_that_fit,
+    scope_groups_that_fit,
+)
 from scheduler_plugin.core.jobs import JobModels
 from scheduler_plugin.core.labels import LabelIndex
 from scheduler_plugin.core.ordering import NodeOrder
@@ -426,6 +435,13 @@ class Scheduler:
             models = self.state.model_id[slot]
             fitting_models = models_that_fit(self.state, slot, fits_row, constraints.scope, demand.gpus)
             groups = [fits_row & (models == model) for model in fitting_models]
+        if demand.gpus > 1 and not demand.whole and constraints.scope in SCOPE_GROUPS:
+            # The filter only promised the cards fit inside one group: pick them from one.
+            groups = [
+                part
+                for group in groups
+                for part in scope_groups_that_fit(self.state, slot, group, constraints.scope, demand.gpus)
+            ]
         chosen: list[int] | None = None
         for group in groups:
             fitting = np.flatnonzero(group)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scheduler_plugin.core.api import GPUView, NodeView, PodShareView
-from scheduler_plugin.core.records import NodeRecord
+from scheduler_plugin.core.records import NodeRecord, share_memory_bytes
 
 
 def node_view(record: NodeRecord) -> NodeView:
@@ -21,7 +21,7 @@ def node_view(record: NodeRecord) -> NodeView:
                     namespace=pod.request.namespace,
                     name=pod.request.name,
                     core_percent=share.core_percent,
-                    memory_bytes=share.memory_bytes,
+                    memory_bytes=share_memory_bytes(share, record.gpus[slot]),
                     assumed=pod.assumed,
                 )
             )

@@ -278,3 +278,21 @@ def test_a_gpu_linked_to_a_gpu_by_an_8_digit_bus_id_is_its_peer() -> None:
     scheduler = _scheduler(linked)
     _hold(scheduler, "h", 0)
     assert sorted(_minors(scheduler.reserve(pod("p", whole(2), scope="nvlink"), N1))) == [2, 3]
+
+
+@pytest.mark.parametrize("scope", ["numa", "pcie"])
+def test_a_multi_card_share_with_a_required_scope_stays_inside_one_group(scope: str) -> None:
+    gpus = [gpu("n1", i, model="L40S", memory_gib=48, numa=i // 2, pcie_root=f"pci{i // 2}") for i in range(4)]
+    scheduler = _scheduler(gpus)
+    # Binpack alone would take the two fullest cards, 0 and 2, which sit in different groups.
+    _hold(scheduler, "a", 0, core=60, gib=10)
+    _hold(scheduler, "b", 2, core=50, gib=10)
+    allocation = scheduler.reserve(pod("p", share(30, gib=5, cards=2), scope=scope), N1)
+    assert sorted(_minors(allocation)) == [0, 1]
+
+
+def test_a_multi_card_share_with_a_scope_takes_the_tightest_group_that_holds_it() -> None:
+    gpus = [gpu("n1", i, model="L40S", memory_gib=48, numa=0 if i < 3 else 1) for i in range(5)]
+    scheduler = _scheduler(gpus)
+    allocation = scheduler.reserve(pod("p", share(30, gib=5, cards=2), scope="numa"), N1)
+    assert sorted(_minors(allocation)) == [3, 4]

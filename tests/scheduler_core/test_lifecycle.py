@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from apis.allocation import Allocation, GPUShare
+from apis import names
+from apis.allocation import Allocation, GPUShare, decode_allocation
 from scheduler_plugin.core.api import Code, NodeName, PodRequest, PodUID, SchedulingError
 from scheduler_plugin.core.scheduler import Scheduler
 from tests.scheduler_core.builders import GiB, gpu, info, node, pod, share, whole
@@ -199,3 +202,32 @@ def test_a_node_with_more_gpus_than_ever_seen_widens_the_state() -> None:
     allocation = scheduler.reserve(pod("p", whole(16)), NodeName("big"))
     assert len(allocation.gpus) == 16
     assert scheduler.filter(pod("q", whole(2)), [NodeName("small")])[0].feasible
+
+
+def _koordinator_annotation(entry: dict[str, object]) -> Allocation:
+    """An allocation as Koordinator's own scheduler may write it, read the way bound pods are."""
+    return decode_allocation(json.dumps({names.DEVICE_TYPE_GPU: [entry]}))
+
+
+def test_a_share_named_by_minor_only_is_counted_on_that_gpu() -> None:
+    scheduler = Scheduler()
+    scheduler.upsert_node_devices(node("n1", 2))
+    allocation = _koordinator_annotation(
+        {"minor": 1, "resources": {names.GPU_CORE: "100", names.GPU_MEMORY: "80Gi", names.GPU_MEMORY_RATIO: "100"}}
+    )
+    scheduler.add_pod(pod("koord"), N1, allocation)
+    [view] = scheduler.node_views([N1])
+    assert [g.allocated_core_percent for g in view.gpus] == [0, 100]
+    assert sorted(g.minor for g in scheduler.reserve(pod("p", whole(1)), N1).gpus) == [0]
+    assert not _fits(scheduler, pod("q", share(10, gib=1)))
+
+
+def test_a_share_with_a_memory_ratio_but_no_memory_counts_its_part_of_the_gpu(one_gpu: Scheduler) -> None:
+    allocation = _koordinator_annotation(
+        {"id": "GPU-n1-0", "minor": 0, "resources": {names.GPU_CORE: "30", names.GPU_MEMORY_RATIO: "75"}}
+    )
+    one_gpu.add_pod(pod("koord"), N1, allocation)
+    [view] = one_gpu.node_views([N1])
+    assert view.gpus[0].allocated_memory_bytes == 60 * GiB
+    assert not _fits(one_gpu, pod("p", share(30, gib=30)))
+    assert _fits(one_gpu, pod("q", share(30, gib=20)))
