@@ -6,7 +6,9 @@ the same GPU: two pods each signed for 60% of one GPU would both pass a
 per-pod check. The ledger remembers every admitted pod's shares so the hook
 can refuse the one that overcommits.
 
-Fed by PreCreateContainer admissions, released by PostStopPodSandbox.
+Fed by PreCreateContainer admissions, released by PostStopPodSandbox (and,
+with a Kubernetes client, by `agent.admissionsweep` for pods whose
+PostStopPodSandbox never arrived; hence each entry's admission time).
 Recording a pod UID again replaces its entry, so restarts and several
 containers of one pod never count twice. The ledger lives in memory: after an
 agent restart it starts empty, which only lets the next admissions through
@@ -16,7 +18,8 @@ without the pods that were already running, never blocks anyone.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 
@@ -75,9 +78,11 @@ class AdmissionLedger:
     racing for the last share of a GPU cannot both be admitted.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.lock = threading.RLock()
+        self._clock = clock
         self._pods: dict[str, tuple[Hold, ...]] = {}
+        self._admitted_at: dict[str, float] = {}
 
     def held(self, *, excluding: str = "") -> dict[str, GPUHeld]:
         """Per GPU, what every admitted pod but `excluding` holds."""
@@ -88,12 +93,19 @@ class AdmissionLedger:
         """Admit `pod_uid` with `holds`, replacing what it held before (idempotent)."""
         with self.lock:
             self._pods[pod_uid] = tuple(holds)
+            self._admitted_at[pod_uid] = self._clock()
 
     def release(self, *, pod_uid: str) -> bool:
         """Forget `pod_uid`; True when it was admitted. Releasing an unknown pod is fine."""
         with self.lock:
+            self._admitted_at.pop(pod_uid, None)
             return self._pods.pop(pod_uid, None) is not None
 
     def pods(self) -> dict[str, tuple[Hold, ...]]:
         with self.lock:
             return dict(self._pods)
+
+    def admitted_at(self) -> dict[str, float]:
+        """Pod UID -> when it was last recorded, on the ledger's clock."""
+        with self.lock:
+            return dict(self._admitted_at)

@@ -8,6 +8,8 @@
     pollInterval: 1s
     discoveryInterval: 60s
     reportResync: 30s
+    admissionSweep: 60s
+    admissionSweepGrace: 2m
     healthQuietPeriod: 5m
     applicationXids: [13, 31, 43, 45, 68, 109]
     advertiseNvidiaGPU: false
@@ -54,6 +56,10 @@ class AgentConfig:
     poll_interval_s: float = 1.0
     discovery_interval_s: float = 60.0
     report_resync_s: float = 30.0
+    #: How often, with Kubernetes, admitted pods that are gone or finished are released.
+    admission_sweep_s: float = 60.0
+    #: Entries younger than this are never swept: the API may not list a just-admitted pod yet.
+    admission_sweep_grace_s: float = 120.0
     health_quiet_period_s: float = 300.0
     application_xids: frozenset[int] = DEFAULT_APPLICATION_XIDS
     advertise_nvidia_gpu: bool = False
@@ -79,6 +85,8 @@ _KEYS: dict[str, str] = {
     "pollInterval": "poll_interval_s",
     "discoveryInterval": "discovery_interval_s",
     "reportResync": "report_resync_s",
+    "admissionSweep": "admission_sweep_s",
+    "admissionSweepGrace": "admission_sweep_grace_s",
     "healthQuietPeriod": "health_quiet_period_s",
     "applicationXids": "application_xids",
     "advertiseNvidiaGPU": "advertise_nvidia_gpu",
@@ -141,9 +149,13 @@ def resolve_node_name(config: AgentConfig, *, environ: Mapping[str, str] = os.en
 
 
 def validate(config: AgentConfig, *, source: str) -> None:
-    for attr in ("poll_interval_s", "discovery_interval_s", "report_resync_s", "nvml_retry_max_s"):
+    for attr in ("poll_interval_s", "discovery_interval_s", "report_resync_s", "nvml_retry_max_s", "admission_sweep_s"):
         if getattr(config, attr) <= 0:
             raise ConfigError(f"{source}: {attr} = {getattr(config, attr)} must be more than 0 seconds")
+    if config.admission_sweep_grace_s < 0:
+        raise ConfigError(
+            f"{source}: admissionSweepGrace = {config.admission_sweep_grace_s} must be 0 seconds or more (default 2m)"
+        )
     try:
         parse_address(config.hook_listen, field="hookListen")
         if config.scheduler:

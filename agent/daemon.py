@@ -19,6 +19,8 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
+from agent.admissions import AdmissionLedger
+from agent.admissionsweep import AdmissionSweeper
 from agent.cgroups import PidResolver
 from agent.checkpoint import CheckpointReader
 from agent.config import AgentConfig
@@ -92,13 +94,25 @@ class Agent:
             clock=clock,
         )
         self._key = SigningKey(config.signing_key)
+        self.ledger = AdmissionLedger(clock=clock)
         self.hook = HookServer(
             listen=config.hook_listen,
-            servicer=GPUHookServicer(devices=self.state.devices, settings=self._hook_settings, metrics=self.metrics),
+            servicer=GPUHookServicer(
+                devices=self.state.devices, settings=self._hook_settings, metrics=self.metrics, ledger=self.ledger
+            ),
         )
         self.loops: list[ReportLoop] = []
         self.kube_reporter: KubeReporter | None = None
+        #: Not in `loops`: device changes say nothing about pods, so they do not poke it.
+        self.sweep_loop: ReportLoop | None = None
         if kube is not None:
+            sweeper = AdmissionSweeper(
+                kube, node_name=node_name, ledger=self.ledger, metrics=self.metrics,
+                grace_s=config.admission_sweep_grace_s, clock=clock,
+            )
+            self.sweep_loop = ReportLoop(
+                target="admission-sweep", report=sweeper.sweep, resync_s=config.admission_sweep_s, metrics=self.metrics
+            )
             reporter = KubeReporter(kube, node_name=node_name, advertise_nvidia_gpu=config.advertise_nvidia_gpu)
             self.kube_reporter = reporter
             self.loops.append(
@@ -130,6 +144,8 @@ class Agent:
         self.worker.start()
         for loop in self.loops:
             loop.start()
+        if self.sweep_loop is not None:
+            self.sweep_loop.start()
         if self.config.metrics_listen:
             host, _, port = self.config.metrics_listen.rpartition(":")
             self._metrics_server, _thread = start_http_server(int(port), addr=host or "0.0.0.0", registry=self.metrics.registry)
@@ -141,6 +157,8 @@ class Agent:
         self.hook.stop(grace)
         for loop in self.loops:
             loop.stop(grace)
+        if self.sweep_loop is not None:
+            self.sweep_loop.stop(grace)
         self.worker.stop(grace)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()

@@ -67,6 +67,16 @@ class Kube:
         return _json(self._call(self._core.patch_node_status, name=name, body={"status": status},
                                 _content_type=_MERGE_PATCH))
 
+    # --- pods ----------------------------------------------------------------------------
+
+    def list_pods_on_node(self, node_name: str) -> list[JSON]:
+        """Every pod bound to `node_name`, in every namespace."""
+        listed = _json(self._call(self._core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node_name}"))
+        items = listed.get("items")
+        if not isinstance(items, list):
+            raise KubeAPIError(f"Kubernetes API: pod list has items={items!r}, expected a list")
+        return [item for item in items if isinstance(item, dict)]
+
     # --- the Device custom resource ------------------------------------------------------
 
     def get_device(self, name: str) -> JSON | None:

@@ -54,6 +54,11 @@ class AgentMetrics:
         self.admitted_pods = Gauge(
             "fgpu_agent_admitted_pods", "Pods holding GPU shares admitted by the hook on this node.", registry=r
         )
+        self.admissions_swept = Counter(
+            "fgpu_agent_admissions_swept_total",
+            "Admission ledger entries released because the pod was gone or finished (PostStopPodSandbox missed).",
+            ["reason"], registry=r,
+        )
         self.hook_decisions = Counter(
             "fgpu_agent_hook_decisions_total", "PreCreateContainer answers.", ["outcome"], registry=r
         )

@@ -29,7 +29,7 @@ class ReportLoop:
         self,
         *,
         target: str,
-        report: Callable[[], None],
+        report: Callable[[], object],
         resync_s: float,
         metrics: AgentMetrics,
         backoff_initial_s: float = 0.5,

@@ -214,10 +214,11 @@ def test_the_scheduler_may_bind_and_annotate_pods_but_not_create_or_update_them(
     assert verbs["devices"] == {"get", "list", "watch"}
 
 
-def test_the_agent_may_write_devices_and_nodes_but_read_no_pods() -> None:
+def test_the_agent_may_write_devices_and_nodes_and_only_list_pods() -> None:
     rules = find("ClusterRole", "fgpu-agent")["rules"]
-    resources = {res for r in rules for res in r["resources"]}
-    assert resources == {"devices", "nodes", "nodes/status"}
+    verbs = {res: set(r["verbs"]) for r in rules for res in r["resources"]}
+    assert set(verbs) == {"devices", "nodes", "nodes/status", "pods"}
+    assert verbs["pods"] == {"list"}
 
 
 def _workloads() -> list[Doc]:
