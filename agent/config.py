@@ -26,11 +26,12 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
 
+from agent.checkpoint import DEFAULT_PATH as DEFAULT_CHECKPOINT_PATH
 from agent.errors import ConfigError
 from agent.health import DEFAULT_APPLICATION_XIDS
 from agent.isolation import Isolation, IsolationPaths
@@ -65,7 +66,7 @@ class AgentConfig:
     advertise_nvidia_gpu: bool = False
     #: A trailing "*" matches by prefix: every MIG profile the device plugin may advertise.
     external_resources: tuple[str, ...] = (names.NVIDIA_GPU, names.NVIDIA_MIG_RESOURCE_PREFIX + "*")
-    checkpoint_path: str = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+    checkpoint_path: str = DEFAULT_CHECKPOINT_PATH
     proc_root: str = "/proc"
     sysfs_root: str = "/sys"
     nvml_retry_max_s: float = 60.0
@@ -124,9 +125,7 @@ def parse_config(data: object, *, source: str = "config", base: AgentConfig | No
         raise ConfigError(f"{source}: expected a mapping of settings, got {type(data).__name__}")
     values: dict[str, Any] = {}
     for key, raw in data.items():
-        attr = _KEYS.get(str(key))
-        if attr is None:
-            raise ConfigError(f"{source}: unknown key {key!r}; known keys are {', '.join(sorted(_KEYS))}")
+        attr = _attr_for(key, _KEYS, where=source)
         values[attr] = _convert(attr, raw, where=f"{source}: {key}")
     config = replace(base or AgentConfig(), **values)
     validate(config, source=source)
@@ -216,12 +215,15 @@ def _paths(raw: object, where: str) -> IsolationPaths:
         raise ConfigError(f"{where} must be a mapping, e.g. {{hamiLibrary: /usr/local/vgpu/libvgpu.so}}")
     values: dict[str, str] = {}
     for key, value in raw.items():
-        attr = _PATH_KEYS.get(str(key))
-        if attr is None:
-            raise ConfigError(f"{where}: unknown key {key!r}; known keys are {', '.join(sorted(_PATH_KEYS))}")
+        attr = _attr_for(key, _PATH_KEYS, where=where)
         if not isinstance(value, str) or not value.startswith("/"):
             raise ConfigError(f"{where}.{key}={value!r} must be an absolute path")
         values[attr] = value
-    known = {f.name for f in fields(IsolationPaths)}
-    assert set(values) <= known
     return replace(IsolationPaths(), **values)
+
+
+def _attr_for(key: object, table: Mapping[str, str], *, where: str) -> str:
+    attr = table.get(str(key))
+    if attr is None:
+        raise ConfigError(f"{where}: unknown key {key!r}; known keys are {', '.join(sorted(table))}")
+    return attr

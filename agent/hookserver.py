@@ -80,12 +80,12 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
                 if decision.edits is not None and not response.HasField("rejection"):
                     self.ledger.record(pod_uid=hook_request.pod_uid, holds=decision.holds)
                     self._metrics.admitted_pods.set(len(self.ledger.pods()))
-            if decision.edits is not None and not response.HasField("rejection"):
-                env = dict(decision.edits.envs)
-                log.info(
-                    "pod %s/%s container %s: GPUs %s, isolation %s", pod.namespace, pod.name, hook_request.container_name,
-                    env.get(names.NVIDIA_VISIBLE_DEVICES, ""), env.get(names.FGPU_ISOLATION, ""),
-                )
+                    env = dict(decision.edits.envs)
+                    log.info(
+                        "pod %s/%s container %s: GPUs %s, isolation %s", pod.namespace, pod.name,
+                        hook_request.container_name,
+                        env.get(names.NVIDIA_VISIBLE_DEVICES, ""), env.get(names.FGPU_ISOLATION, ""),
+                    )
         except Exception as err:  # a bug must not take the hook server down
             log.exception("PreCreateContainer for pod %s/%s failed", pod.namespace, pod.name)
             context.abort(grpc.StatusCode.INTERNAL, f"fgpu agent: internal error deciding GPU edits: {err}")

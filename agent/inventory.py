@@ -172,7 +172,7 @@ def _gpu(raw: object, *, index: int, where: str) -> GPUSpec:
         name=_required_str(m, "name", where, example="NVIDIA A100-SXM4-80GB"),
         memory_bytes=memory,
         minor=_int(m.get("minor", index), f"{where}.minor"),
-        bus_id=bus_id.upper() if len(bus_id.split(":")[0]) == 8 else bus_id,
+        bus_id=_nvml_bus_id(bus_id),
         numa_node=numa,
         socket_id=_int(m.get("socketId", numa), f"{where}.socketId"),
         pcie_root=str(m.get("pcieRoot", "")),
@@ -237,7 +237,12 @@ def _nvlink(raw: object, where: str) -> NVLinkSpec:
     links = _int(m.get("links", 1), f"{where}.links")
     if links < 1:
         raise InventoryError(f"{where}.links: {links} must be at least 1")
-    return NVLinkSpec(remote_bus_id=remote.upper() if len(remote.split(":")[0]) == 8 else remote, links=links)
+    return NVLinkSpec(remote_bus_id=_nvml_bus_id(remote), links=links)
+
+
+def _nvml_bus_id(bus_id: str) -> str:
+    """NVML spells the 8-digit-domain form in upper case."""
+    return bus_id.upper() if len(bus_id.split(":")[0]) == 8 else bus_id
 
 
 def _process(raw: object, where: str) -> ProcessSpec:

@@ -46,7 +46,7 @@ from apis import names  # noqa: E402
 from tests.containerd.harness import Containerd  # noqa: E402
 from tests.runtimeproxy.kubelet import RUNTIME, ContainerSpec, Kubelet, PodSpec  # noqa: E402
 
-ALLOCATION = '{"gpu":[{"minor":0,"id":"GPU-bench","resources":{"koordinator.sh/gpu-core":"50"}}]}'
+ALLOCATION = json.dumps({"gpu": [{"minor": 0, "id": "GPU-bench", "resources": {names.GPU_CORE: "50"}}]})
 HOOK_SERVER_SCRIPT = """
 import sys, time
 sys.path.insert(0, {root!r})
@@ -141,6 +141,14 @@ def start_process(args: list[str], ready: str | None, log_path: str) -> subproce
     return proc
 
 
+def proxy_argv(listen: str, backend: str, hook_dir: str) -> list[str]:
+    """fgpu-runtime-proxy as its own process, listening on the socket path `listen`."""
+    return [
+        sys.executable, "-m", "runtimeproxy.main", "--listen", f"unix://{listen}", "--backend", backend,
+        "--hook-config-dir", hook_dir, "--admin-listen", "", "--metrics-listen", "", "--log-level", "warning",
+    ]
+
+
 def wait_for_socket(path: str, timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not os.path.exists(path):
@@ -201,11 +209,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f.write(f"hooks:\n  - name: bench-gpu\n    endpoint: unix://{hook_sock}\n"
                     "    stages: [PreCreateContainer]\n    failurePolicy: Ignore\n    timeout: 2s\n")
         listen = os.path.join(base, "proxy.sock")
-        proxy = start_process(
-            [sys.executable, "-m", "runtimeproxy.main", "--listen", f"unix://{listen}", "--backend", ctrd.address,
-             "--hook-config-dir", hook_dir, "--admin-listen", "", "--metrics-listen", "", "--log-level", "warning"],
-            None, os.path.join(base, "proxy.log"),
-        )
+        proxy = start_process(proxy_argv(listen, ctrd.address, hook_dir), None, os.path.join(base, "proxy.log"))
         procs.append(proxy)
         wait_for_socket(listen)
         targets = {"direct": ctrd.address, "proxy": f"unix://{listen}"}
@@ -260,11 +264,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         procs.append(start_process([sys.executable, "-c", FAKE_RUNTIME_SCRIPT.format(root=ROOT, sock=fake_sock)],
                                    "stdout", os.path.join(base, "fake.log")))
         fake_listen = os.path.join(base, "proxy-fake.sock")
-        procs.append(start_process(
-            [sys.executable, "-m", "runtimeproxy.main", "--listen", f"unix://{fake_listen}", "--backend",
-             f"unix://{fake_sock}", "--hook-config-dir", hook_dir, "--admin-listen", "", "--metrics-listen", "",
-             "--log-level", "warning"],
-            None, os.path.join(base, "proxy-fake.log")))
+        procs.append(start_process(proxy_argv(fake_listen, f"unix://{fake_sock}", hook_dir),
+                                   None, os.path.join(base, "proxy-fake.log")))
         wait_for_socket(fake_listen)
         kd = kubelets["direct"]
         payload = kd.create_container_request(gpu_pod, ContainerSpec(name="c", command=["true"])).SerializeToString()

@@ -37,7 +37,6 @@ PUBLISHED: dict[str, dict[str, float]] = {
     "multigpu20": {"random": 86.92, "dotprod": 91.85, "binpack": 93.50, "bestfit": 93.73, "fgd": 95.53},
     "multigpu30": {"random": 86.63, "dotprod": 93.11, "binpack": 94.70, "bestfit": 94.57, "fgd": 96.36},
 }
-PUBLISHED_NAMES = {"binpack": "GpuPacking"}
 
 
 def _one(job: tuple[str, str, str, int]) -> dict[str, Any]:
@@ -63,6 +62,13 @@ def _table(runs: list[dict[str, Any]], policies: tuple[str, ...], workloads: tup
     def mean(workload: str, policy: str, key: str) -> float | None:
         rows = by.get((workload, policy))
         return statistics.fmean(r[key] for r in rows) if rows else None
+
+    def metric_table(key: str, fmt: str) -> list[str]:
+        out = ["| workload | " + " | ".join(policies) + " |", "|---|" + "---|" * len(policies)]
+        for workload in workloads:
+            values = (mean(workload, policy, key) for policy in policies)
+            out.append(f"| {workload} | " + " | ".join("" if v is None else format(v, fmt) for v in values) + " |")
+        return out
 
     lines = [
         "# Trace-driven simulator: results",
@@ -90,13 +96,7 @@ def _table(runs: list[dict[str, Any]], policies: tuple[str, ...], workloads: tup
             cells.append(text)
         lines.append(f"| {workload} | " + " | ".join(cells) + " |")
     lines += ["", "Fragmentation (FGD's measure, % of GPU capacity) at 100% arrived, same runs:", ""]
-    lines += ["| workload | " + " | ".join(policies) + " |", "|---|" + "---|" * len(policies)]
-    for workload in workloads:
-        cells = []
-        for policy in policies:
-            value = mean(workload, policy, "frag_at_100")
-            cells.append("" if value is None else f"{value:.2f}")
-        lines.append(f"| {workload} | " + " | ".join(cells) + " |")
+    lines += metric_table("frag_at_100", ".2f")
     if "fgpu" in policies and "fgd" in policies:
         lines += ["", "fgpu minus fgd, paired by seed (same trace order and node order):", ""]
         lines += ["| workload | mean | min | max | seeds fgpu >= fgd |", "|---|---|---|---|---|"]
@@ -116,14 +116,12 @@ def _table(runs: list[dict[str, Any]], policies: tuple[str, ...], workloads: tup
         "default trace took 4.3 s (fgd) and 5.3 s (fgpu) of CPU per seed.",
         "",
     ]
-    lines += ["| workload | " + " | ".join(policies) + " |", "|---|" + "---|" * len(policies)]
-    for workload in workloads:
-        cells = []
-        for policy in policies:
-            value = mean(workload, policy, "seconds")
-            cells.append("" if value is None else f"{value:.1f}")
-        lines.append(f"| {workload} | " + " | ".join(cells) + " |")
+    lines += metric_table("seconds", ".1f")
     return "\n".join(lines) + "\n"
+
+
+def _save(path: Path, runs: list[dict[str, Any]]) -> None:
+    path.write_text(json.dumps(sorted(runs, key=lambda r: (r["workload"], r["policy"], r["seed"])), indent=0) + "\n")
 
 
 def main() -> int:
@@ -151,7 +149,7 @@ def main() -> int:
     runs = [r for r in runs if (r["workload"], r["policy"], r["seed"]) not in redo]
     jobs = [(args.traces, w, p, s) for (w, p, s) in sorted(redo)]
     if not jobs:
-        raw_path.write_text(json.dumps(sorted(runs, key=lambda r: (r["workload"], r["policy"], r["seed"])), indent=0) + "\n")
+        _save(raw_path, runs)
     started = time.time()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for done, result in enumerate(pool.map(_one, jobs), start=1):
@@ -162,7 +160,7 @@ def main() -> int:
                 flush=True,
             )
             if done % 10 == 0 or done == len(jobs):
-                raw_path.write_text(json.dumps(sorted(runs, key=lambda r: (r["workload"], r["policy"], r["seed"])), indent=0) + "\n")
+                _save(raw_path, runs)
     all_policies = tuple(p for p in POLICIES if any(r["policy"] == p for r in runs))
     all_workloads = tuple(w for w in WORKLOADS if any(r["workload"] == w for r in runs))
     (out / "simulator.md").write_text(_table(runs, all_policies, all_workloads))

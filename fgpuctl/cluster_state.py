@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis import grpc_server
+from apis.devices import GPUInfo
 from apis.fgpu.v1 import device_pb2, scheduler_pb2, scheduler_pb2_grpc
-from scheduler_plugin.core.api import NodeInfo, NodeView
+from scheduler_plugin.core.api import GPUView, NodeInfo, NodeView
 
 JSON = dict[str, Any]
 
@@ -80,22 +81,7 @@ def from_scheduler(address: str, nodes: Sequence[str]) -> list[NodeRow]:
             name=n.node_name,
             driver_version=n.driver_version,
             discovery_error=n.discovery_error,
-            gpus=tuple(
-                GPURow(
-                    index=g.device.index,
-                    minor=g.device.minor,
-                    uuid=g.device.uuid,
-                    model=g.device.model_label or g.device.model,
-                    healthy=g.device.health == device_pb2.HEALTHY,
-                    health_reason=g.device.health_reason,
-                    memory_bytes=g.device.memory_bytes,
-                    allocated_core_percent=g.allocated_core_percent,
-                    allocated_memory_bytes=g.allocated_memory_bytes,
-                    held_externally=g.held_externally,
-                    pods=tuple(PodShare(p.namespace, p.name, p.uid, p.core_percent, p.memory_bytes, p.assumed) for p in g.pods),
-                )
-                for g in n.gpus
-            ),
+            gpus=tuple(_gpu_row(g) for g in n.gpus),
         )
         for n in response.nodes
     ]
@@ -136,20 +122,23 @@ def _row(view: NodeView) -> NodeRow:
         name=view.name,
         driver_version=view.driver_version,
         discovery_error=view.discovery_error,
-        gpus=tuple(
-            GPURow(
-                index=g.device.index,
-                minor=g.device.minor,
-                uuid=g.device.uuid,
-                model=g.device.model_label or g.device.model,
-                healthy=g.device.healthy,
-                health_reason=g.device.health_reason,
-                memory_bytes=g.device.memory_bytes,
-                allocated_core_percent=g.allocated_core_percent,
-                allocated_memory_bytes=g.allocated_memory_bytes,
-                held_externally=g.held_externally,
-                pods=tuple(PodShare(p.namespace, p.name, p.uid, p.core_percent, p.memory_bytes, p.assumed) for p in g.pods),
-            )
-            for g in view.gpus
-        ),
+        gpus=tuple(_gpu_row(g) for g in view.gpus),
+    )
+
+
+def _gpu_row(g: scheduler_pb2.GPUState | GPUView) -> GPURow:
+    """One GPU from either source: the message and the view spell every field alike but health."""
+    d = g.device
+    return GPURow(
+        index=d.index,
+        minor=d.minor,
+        uuid=d.uuid,
+        model=d.model_label or d.model,
+        healthy=d.healthy if isinstance(d, GPUInfo) else d.health == device_pb2.HEALTHY,
+        health_reason=d.health_reason,
+        memory_bytes=d.memory_bytes,
+        allocated_core_percent=g.allocated_core_percent,
+        allocated_memory_bytes=g.allocated_memory_bytes,
+        held_externally=g.held_externally,
+        pods=tuple(PodShare(p.namespace, p.name, p.uid, p.core_percent, p.memory_bytes, p.assumed) for p in g.pods),
     )

@@ -18,9 +18,7 @@ from typing import Any
 
 import grpc
 
-from fgpuctl.cluster_state import GPURow, NodeRow, PodShare, from_api, from_scheduler
-
-__all__ = ["GPURow", "NodeRow", "PodShare", "add_arguments", "from_api", "from_scheduler", "report_json", "run", "table"]
+from fgpuctl.cluster_state import NodeRow, from_api, from_scheduler
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -178,11 +178,11 @@ def budget_from_pdb(
     neither is set, to be safe). Percentages round up, as Kubernetes does.
     """
     meta = pdb.get("metadata") or {}
-    name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+    namespace = meta.get("namespace") or "default"
+    name = f"{namespace}/{meta.get('name') or ''}"
     spec = pdb.get("spec") or {}
     selector = spec.get("selector")
     requirements = _requirements(selector, where=f"PodDisruptionBudget {name}")
-    namespace = meta.get("namespace") or "default"
     selected = [
         uid
         for uid, obj in pods.items()

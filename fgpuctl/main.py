@@ -1,8 +1,8 @@
 """fgpuctl entry point: dispatches `fgpuctl VERB ...` to the module that owns the verb.
 
 Each verb lives in its own module exposing `add_arguments(parser)` and
-`run(args) -> int`; the module is imported only when its verb runs, so a
-verb's heavy dependencies never slow down the others.
+`run(args) -> int`; every verb module is imported to build the parser, so each
+imports its heavy dependencies inside `run`, where they never slow down the others.
 """
 
 from __future__ import annotations

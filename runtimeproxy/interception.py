@@ -191,15 +191,10 @@ class HookedCalls:
         def apply(edits: Any) -> None:
             crimsg.apply_sandbox_edits(req.config, edits)
 
-        allocation = policy.has_allocation(pod)
-        outcomes = await self._call_hooks(stage, servers, build, apply, allocation=allocation)
-        judgement = policy.judge(stage, outcomes=outcomes, registered=len(servers), allocation=allocation)
-        if judgement.refusal is not None:
-            event(log, logging.WARNING, "RunPodSandbox refused", reason=judgement.refusal, **ident)
-            return self._refuse(Method.RUN_POD_SANDBOX, "hooks", judgement.code, judgement.refusal)
-        self._count(judgement.edits)
-        event(log, logging.INFO, "RunPodSandbox hooked", hooks=len(outcomes), **ident)
-        return Forward(req.SerializeToString()) if judgement.edits else Forward()
+        return await self._edit_stage(
+            Method.RUN_POD_SANDBOX, stage, servers, build, apply,
+            allocation=policy.has_allocation(pod), serialize=req.SerializeToString, ident=ident,
+        )
 
     async def _update_resources(self, message: bytes) -> Forward | Refuse:
         req = cri.UpdateContainerResourcesRequest.FromString(message)
@@ -224,15 +219,32 @@ class HookedCalls:
         def apply(edits: Any) -> None:
             crimsg.apply_update_edits(req, edits)
 
-        allocation = policy.has_allocation(pod)
+        return await self._edit_stage(
+            Method.UPDATE_CONTAINER_RESOURCES, stage, servers, build, apply,
+            allocation=policy.has_allocation(pod), serialize=req.SerializeToString, ident=ident,
+        )
+
+    async def _edit_stage(
+        self,
+        method: Method,
+        stage: Stage,
+        servers: tuple[HookServer, ...],
+        build: Callable[[], Any],
+        apply: Callable[[Any], None],
+        *,
+        allocation: bool,
+        serialize: Callable[[], bytes],
+        ident: dict[str, str],
+    ) -> Forward | Refuse:
+        """Runs a pre stage's hooks and forwards the request as they left it, or refuses it."""
         outcomes = await self._call_hooks(stage, servers, build, apply, allocation=allocation)
         judgement = policy.judge(stage, outcomes=outcomes, registered=len(servers), allocation=allocation)
         if judgement.refusal is not None:
-            event(log, logging.WARNING, "UpdateContainerResources refused", reason=judgement.refusal, **ident)
-            return self._refuse(Method.UPDATE_CONTAINER_RESOURCES, "hooks", judgement.code, judgement.refusal)
+            event(log, logging.WARNING, f"{method.value} refused", reason=judgement.refusal, **ident)
+            return self._refuse(method, "hooks", judgement.code, judgement.refusal)
         self._count(judgement.edits)
-        event(log, logging.INFO, "UpdateContainerResources hooked", hooks=len(outcomes), **ident)
-        return Forward(req.SerializeToString()) if judgement.edits else Forward()
+        event(log, logging.INFO, f"{method.value} hooked", hooks=len(outcomes), **ident)
+        return Forward(serialize()) if judgement.edits else Forward()
 
     async def _call_hooks(
         self,

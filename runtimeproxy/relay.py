@@ -93,7 +93,3 @@ class _ClientSide(asyncio.Protocol):
         if self.conn is not None and self.conn.backend is not None:
             self.conn.backend.resume_reading()
 
-
-async def dial_unix(path: str, factory: Callable[[], asyncio.Protocol]) -> asyncio.Transport:
-    transport, _ = await asyncio.get_running_loop().create_unix_connection(factory, path)
-    return transport

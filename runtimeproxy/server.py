@@ -23,13 +23,13 @@ from runtimeproxy.hookconfig import HookRegistry
 from runtimeproxy.interception import HookedCalls
 from runtimeproxy.logs import event
 from runtimeproxy.metrics import ProxyMetrics
-from runtimeproxy.relay import Relay
+from runtimeproxy.relay import Dialer, Relay
 from runtimeproxy.runtime_client import RuntimeClient
 
 log = logging.getLogger(__name__)
 
 
-def make_dialer(config: ProxyConfig) -> Callable[[Callable[[], asyncio.Protocol]], Any]:
+def make_dialer(config: ProxyConfig) -> Dialer:
     """Dials the runtime, retrying with backoff for up to backend_dial_timeout_s (containerd restarting)."""
     addr = grpc_server.parse_address(config.backend, field="backend")
 

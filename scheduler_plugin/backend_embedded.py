@@ -136,10 +136,6 @@ class EmbeddedBackend:
                 (devices.node_name, report, time.time()),
             )
 
-    def remove_devices(self, node: NodeName) -> None:
-        with self._lock, self._transaction():
-            self._db.execute("DELETE FROM devices WHERE node_name=?", (node,))
-
     def get_pod(self, *, namespace: str, name: str) -> JSON | None:
         with self._lock:
             row = self._db.execute("SELECT manifest FROM pods WHERE namespace=? AND name=?", (namespace, name)).fetchone()

@@ -19,8 +19,10 @@ from typing import Any
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from apis import names
+
 PACKAGE = "fgpu.localup.cri"
-SERVICE = "/runtime.v1.RuntimeService/"
+SERVICE = f"/{names.CRI_RUNTIME_SERVICE}/"
 
 _T = descriptor_pb2.FieldDescriptorProto
 _STRING, _BYTES, _BOOL = _T.TYPE_STRING, _T.TYPE_BYTES, _T.TYPE_BOOL

@@ -227,9 +227,10 @@ def main(argv: list[str] | None = None, *, out: Callable[[str], None] = _print) 
             kubelet.close()
         out("")
         out(report.table(outcomes))
-        if report.reasons(outcomes):
+        reasons = report.reasons(outcomes)
+        if reasons:
             out("")
-            out(report.reasons(outcomes))
+            out(reasons)
         out("")
         out("==> fgpuctl inspect")
         out(inspect_view(stack))

@@ -41,12 +41,6 @@ class SchedulerClient:
     def close(self) -> None:
         self._channel.close()
 
-    def node_state(self) -> scheduler_pb2.GetNodeStateResponse:
-        state: scheduler_pb2.GetNodeStateResponse = self._stub.GetNodeState(
-            scheduler_pb2.GetNodeStateRequest(), timeout=self._timeout_s
-        )
-        return state
-
     def place(self, pod: Mapping[str, Any]) -> Placement | Unschedulable:
         message = pod_message(pod)
         t = self._timeout_s

@@ -47,10 +47,6 @@ class TracePod:
     def total_gpu_milli(self) -> int:
         return self.num_gpu * self.gpu_milli
 
-    @property
-    def is_sharing(self) -> bool:
-        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI_PER_GPU
-
 
 _NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 _POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
