@@ -12,7 +12,9 @@ simulator snapshot), or from a live cluster read as `fgpuctl inspect` reads it (
 PodDisruptionBudgets, or a running scheduler; see fgpuctl/live_snapshot.py); `--write-snapshot`
 saves what it planned on. The plan respects the budgets and the move
 budget, shows fragmentation and free whole GPUs / 8-GPU nodes before and after, and lists only
-moves the scheduler core itself would place.
+moves the scheduler core itself would place (GPU model, CPU/memory, the moved pod's node selector
+and required node affinity against the node labels). A node short of CPU or memory for the
+pending shape is cleared too, CPU-only pods included.
 """
 
 from __future__ import annotations
@@ -146,13 +148,16 @@ def run(args: argparse.Namespace) -> int:
     ):
         print(f"{label:18}{getattr(plan.before, key):>10}{getattr(plan.after, key):>10}")
     if not plan.moves:
-        print("no move helps within the budget (nothing to do, or every blocking pod is pinned or fits nowhere else)")
+        print(
+            "no move helps within the budget (nothing to do, or every blocking pod is pinned, "
+            "or fits nowhere else its model, node selector and affinity allow)"
+        )
     for number, move in enumerate(plan.moves, start=1):
         print(f"{number:3}. move {move.pod}: {move.from_node} -> {move.to_node} (GPU {','.join(map(str, move.gpus)) or '-'})")
     for line in plan.skipped[:5]:
         print(f"skipped {line}")
     if len(plan.skipped) > 5:
-        print(f"skipped {len(plan.skipped) - 5} more node(s) for the same reason")
+        print(f"skipped {len(plan.skipped) - 5} more node(s) (all of them in --json)")
     return 0
 
 

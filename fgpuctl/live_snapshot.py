@@ -5,10 +5,13 @@ share is the larger of its core % and its fraction of that GPU's memory, rounded
 so a pod holding little core but much memory is not taken for a small one. Unhealthy GPUs and
 GPUs held by pods outside fgpu take nothing. Reserved-but-unbound pods never move.
 
-From the API (`ApiState`) the snapshot also has each node's allocatable CPU/memory, each pod's
-CPU/memory requests, model constraints and labels, CPU-only pods on GPU nodes, and the
-PodDisruptionBudgets. From a scheduler (GetNodeState rows only) CPU/memory are unknown (not
-tracked), there are no budgets, and each pod is kept on its current GPU model.
+From the API (`ApiState`) the snapshot also has each node's allocatable CPU/memory and labels,
+each pod's CPU/memory requests, model constraints, labels, `spec.nodeSelector` and required node
+affinity (matchExpressions, and matchFields on `metadata.name`), CPU-only pods on GPU nodes, and
+the PodDisruptionBudgets. A pod that has a node selector or affinity the scheduler's parser
+rejects (another matchFields key, a bad operator) is pinned: where it may go is unknown. From a
+scheduler (GetNodeState rows only) CPU/memory, node labels, selectors and affinity are unknown
+(not tracked, not checked), there are no budgets, and each pod is kept on its current GPU model.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 
 from fgpuctl.cluster_state import ApiState, NodeRow, PodShare
 from scheduler_plugin import pods as pod_objects
-from scheduler_plugin.core.api import LabelRequirement
+from scheduler_plugin.core.api import LabelRequirement, PodRequest
 from scheduler_plugin.core.labels import matches
 from scheduler_plugin.sim.snapshot import DisruptionBudget, PlacedPod, Snapshot
 from scheduler_plugin.sim.trace import MIB, MILLI_PER_GPU, TraceNode, TracePod
@@ -29,6 +32,8 @@ JSON = dict[str, Any]
 
 #: the budget that keeps reserved-but-unbound pods where they are
 IN_FLIGHT = "in-flight binds"
+#: the budget that keeps pods whose node selector or affinity could not be read where they are
+UNREADABLE = "unreadable node constraints"
 _PDB_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
@@ -57,6 +62,8 @@ def snapshot_from_scheduler(rows: Sequence[NodeRow]) -> LiveSnapshot:
         "no PodDisruptionBudgets with --scheduler (the scheduler does not hold them); "
         "use --kubeconfig to respect them",
         "CPU/memory unknown with --scheduler: planned on GPUs only, each pod kept on its GPU model",
+        "node labels, nodeSelector and node affinity unknown with --scheduler: moves are not checked against "
+        "them; use --kubeconfig to respect them",
         *live.notes,
     )
     return LiveSnapshot(live.snapshot, notes)
@@ -98,24 +105,41 @@ def _build(rows: Sequence[NodeRow], *, api: ApiState | None) -> LiveSnapshot:
         raise LiveStateError("the cluster reports no GPU nodes; check that the fgpu agents run and report Devices")
     model_of = {n.name: n.model for n in nodes}
     placed: list[PlacedPod] = []
+    names_by_uid: dict[str, str] = {}
+    unreadable: dict[str, str] = {}
     for uid, holding in sorted(holdings.items(), key=lambda kv: _name(kv[1].share)):
         obj = api.pods.get(uid) if api else None
-        placed.append(_placed(holding, obj, model=model_of[holding.node]))
+        placed.append(_placed(holding, obj, model=model_of[holding.node], unreadable=unreadable))
+        names_by_uid[uid] = placed[-1].pod.name
+    node_labels: dict[str, dict[str, str]] = {}
     if api is not None:
         on_nodes = set(model_of)
         for uid, obj in sorted(api.pods.items()):
             if uid not in holdings and pod_objects.node_name(obj) in on_nodes:
-                placed.append(_cpu_only(obj))
+                placed.append(_cpu_only(obj, unreadable=unreadable))
+                names_by_uid[uid] = placed[-1].pod.name
+        for name in on_nodes:
+            info = api.nodes.get(name)
+            if info is not None and info.labels:
+                node_labels[name] = dict(info.labels)
     budgets: list[DisruptionBudget] = []
     assumed = frozenset(_name(h.share) for h in holdings.values() if h.share.assumed)
     if assumed:
         budgets.append(DisruptionBudget(name=IN_FLIGHT, selector={}, max_unavailable=0, pods=assumed))
+    if unreadable:
+        budgets.append(DisruptionBudget(name=UNREADABLE, selector={}, max_unavailable=0, pods=frozenset(unreadable)))
+        first = min(unreadable)
+        notes.append(
+            f"{len(unreadable)} pod(s) pinned: their node selector or affinity could not be read "
+            f"(e.g. {first}: {unreadable[first]})"
+        )
     if api is not None:
-        names_by_uid = {uid: _name(h.share) for uid, h in holdings.items()}
         for pdb in api.budgets:
             budgets.append(budget_from_pdb(pdb, pods=api.pods, names_by_uid=names_by_uid))
         notes.append(f"{len(api.budgets)} PodDisruptionBudget(s) respected")
-    snapshot = Snapshot(nodes=tuple(nodes), pods=tuple(placed), budgets=tuple(budgets), unusable_gpus=unusable)
+    snapshot = Snapshot(
+        nodes=tuple(nodes), pods=tuple(placed), budgets=tuple(budgets), unusable_gpus=unusable, node_labels=node_labels
+    )
     return LiveSnapshot(snapshot, tuple(notes))
 
 
@@ -130,36 +154,69 @@ def _share_milli(share: PodShare, *, gpu_memory_bytes: int) -> int:
     return min(MILLI_PER_GPU, max(10, math.ceil(milli / 10) * 10))
 
 
-def _placed(holding: _Holding, obj: Mapping[str, Any] | None, *, model: str) -> PlacedPod:
+def _placed(holding: _Holding, obj: Mapping[str, Any] | None, *, model: str, unreadable: dict[str, str]) -> PlacedPod:
+    name = _name(holding.share)
     cpu = memory_mib = 0
     spec: tuple[str, ...] = (model,) if model else ()
     labels: dict[str, str] = {}
+    request: PodRequest | None = None
     if obj is not None:
-        request, _ = pod_objects.request_of_bound(obj, rules=None)
+        request = _request(obj, name=name, unreadable=unreadable)
         cpu, memory_mib = request.cpu_milli, math.ceil(request.memory_bytes / MIB)
         spec = tuple(sorted(request.model_use))
         labels = _labels(obj)
     pod = TracePod(
-        name=_name(holding.share),
+        name=name,
         cpu_milli=cpu,
         memory_mib=memory_mib,
         num_gpu=len(holding.gpus),
         gpu_milli=holding.milli,
         gpu_spec=spec,
     )
-    return PlacedPod(pod=pod, node=holding.node, gpus=tuple(sorted(holding.gpus)), labels=labels)
+    return PlacedPod(
+        pod=pod,
+        node=holding.node,
+        gpus=tuple(sorted(holding.gpus)),
+        labels=labels,
+        node_selector=dict(request.node_selector) if request else {},
+        affinity=request.affinity_terms if request else (),
+    )
 
 
-def _cpu_only(obj: Mapping[str, Any]) -> PlacedPod:
-    request, _ = pod_objects.request_of_bound(obj, rules=None)
+def _cpu_only(obj: Mapping[str, Any], *, unreadable: dict[str, str]) -> PlacedPod:
+    name = pod_objects.key(obj)
+    request = _request(obj, name=name, unreadable=unreadable)
     pod = TracePod(
-        name=pod_objects.key(obj),
+        name=name,
         cpu_milli=request.cpu_milli,
         memory_mib=math.ceil(request.memory_bytes / MIB),
         num_gpu=0,
         gpu_milli=0,
     )
-    return PlacedPod(pod=pod, node=pod_objects.node_name(obj), gpus=(), labels=_labels(obj))
+    return PlacedPod(
+        pod=pod,
+        node=pod_objects.node_name(obj),
+        gpus=(),
+        labels=_labels(obj),
+        node_selector=dict(request.node_selector),
+        affinity=request.affinity_terms,
+    )
+
+
+def _request(obj: Mapping[str, Any], *, name: str, unreadable: dict[str, str]) -> PodRequest:
+    """The scheduler's own reading of a bound pod; records in `unreadable` why its node constraints are unknown."""
+    request, problem = pod_objects.request_of_bound(obj, rules=None)
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    affinity = spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    constrained = bool(spec.get("nodeSelector")) or (
+        isinstance(node_affinity, Mapping) and bool(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    )
+    # A rejected pod comes back without its selector and affinity: moving it could break them.
+    if problem and constrained:
+        unreadable[name] = problem
+    return request
 
 
 def _labels(obj: Mapping[str, Any]) -> dict[str, str]:

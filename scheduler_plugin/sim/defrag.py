@@ -2,17 +2,20 @@
 
 Greedy, on a copy of the cluster held by the real core: keep every spot where the pending pod fits
 already; then, while the move budget lasts, pick the node where the fewest pods stand in the way of
-one more pending pod (on the GPUs cheapest to clear), move those pods elsewhere through the core's
-own `select`/`reserve` (so a proposed move is always a placement the scheduler would make), check
-that the pending pod now fits there, and keep that spot. A node whose blockers cannot all be placed
-elsewhere, or whose pods a disruption budget protects, is rolled back and skipped. Each pod moves at
-most once. Nothing is evicted: the result is a plan, with the fragmentation before and after.
+one more pending pod (on the GPUs cheapest to clear, plus, when the node is short of CPU or host
+memory for the pending shape, the pods that give back most of the shortfall, CPU-only pods
+included), move those pods elsewhere through the core's own `select`/`reserve` (so a proposed move
+is always a placement the scheduler would make, honouring the moved pod's model, node selector and
+affinity), check that the pending pod now fits there, and keep that spot. A node whose blockers
+cannot all be placed elsewhere, or whose pods a disruption budget protects, is rolled back and
+skipped. Each pod moves at most once. Nothing is evicted: the result is a plan, with the
+fragmentation before and after.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from scheduler_plugin.core.api import NodeName, PodUID
@@ -21,7 +24,7 @@ from scheduler_plugin.core.policy_fgd import FragmentationTracker
 from scheduler_plugin.core.scheduler import Scheduler
 from scheduler_plugin.sim.replay import pod_request
 from scheduler_plugin.sim.snapshot import PlacedPod, Snapshot, allocation_for, scheduler_for
-from scheduler_plugin.sim.trace import MILLI_PER_GPU, TracePod
+from scheduler_plugin.sim.trace import MIB, MILLI_PER_GPU, TracePod
 from scheduler_plugin.sim.workload import gpu_capacity_milli, shape_of
 
 #: how many pending pods a summary counts at most (enough to tell plans apart, bounded cost)
@@ -93,6 +96,13 @@ def _summary(core: Scheduler, snapshot: Snapshot, pending: TracePod) -> Summary:
     )
 
 
+def _gain(pod: TracePod, *, cpu_short: int, mem_short: int) -> float:
+    """The share of a node's CPU and host-memory shortfall that `pod` gives back by leaving (0..2)."""
+    cpu = min(pod.cpu_milli, cpu_short) / cpu_short if cpu_short > 0 else 0.0
+    mem = min(pod.memory_mib * MIB, mem_short) / mem_short if mem_short > 0 else 0.0
+    return cpu + mem
+
+
 class _Planner:
     def __init__(self, snapshot: Snapshot, pending: TracePod, *, policy: str, max_moves: int) -> None:
         self.snapshot = snapshot
@@ -123,30 +133,41 @@ class _Planner:
     def _budgets_of(self, placed: PlacedPod) -> list[str]:
         return [b.name for b in self.snapshot.budgets if b.covers(placed)]
 
-    def _movable(self, placed: PlacedPod) -> bool:
-        if placed.pod.name in self.moved:
-            return False
-        return all(
-            self.budget_used[b.name] < b.max_unavailable
-            for b in self.snapshot.budgets
-            if b.covers(placed)
-        )
+    def _movable(self, pods: Iterable[PlacedPod]) -> bool:
+        """Whether all of `pods` may move together: none moved yet, and every budget has room for them."""
+        wanted: Counter[str] = Counter()
+        for placed in pods:
+            if placed.pod.name in self.moved:
+                return False
+            wanted.update(self._budgets_of(placed))
+        limits = {b.name: b.max_unavailable for b in self.snapshot.budgets}
+        return all(self.budget_used[name] + count <= limits[name] for name, count in wanted.items())
 
     def _blockers(self, node: str) -> list[PlacedPod] | None:
         """The fewest pods whose leaving lets one pending pod onto `node`; None when it can't work."""
         info = self.nodes[node]
         pending = self.pending
-        if info.gpus < pending.num_gpu or (pending.gpu_spec and info.model not in pending.gpu_spec):
+        if pending.num_gpu == 0 or info.gpus < pending.num_gpu or (pending.gpu_spec and info.model not in pending.gpu_spec):
             return None
-        on_node = list(self.by_node[node].values())
+        gpu_blockers = self._gpu_blockers(node)
+        if gpu_blockers is None or not self._movable(gpu_blockers):
+            return None
+        host_blockers = self._host_blockers(node, gpu_blockers)
+        if host_blockers is None:
+            return None
+        blockers = gpu_blockers + host_blockers
+        return blockers or None
+
+    def _gpu_blockers(self, node: str) -> list[PlacedPod] | None:
+        """The pods to clear from the GPUs cheapest to clear for one pending pod; None when too few GPUs can be."""
+        info = self.nodes[node]
+        pending = self.pending
         per_gpu: list[list[PlacedPod]] = [[] for _ in range(info.gpus)]
         used = [0] * info.gpus
-        for placed in on_node:
+        for placed in self.by_node[node].values():
             for g in placed.gpus:
                 per_gpu[g].append(placed)
                 used[g] += placed.pod.gpu_milli
-        if pending.num_gpu == 0:
-            return None
         need = pending.gpu_milli if pending.gpu_milli < MILLI_PER_GPU else MILLI_PER_GPU
         # Per GPU: the pods to clear so `need` is free there, largest first.
         costs: list[tuple[int, int, int, list[PlacedPod]]] = []
@@ -168,9 +189,37 @@ class _Planner:
             return None
         chosen = sorted(costs)[: pending.num_gpu]
         blockers = {p.pod.name: p for _, _, _, clear in chosen for p in clear}
-        if not blockers or not all(self._movable(p) for p in blockers.values()):
-            return None
         return list(blockers.values())
+
+    def _host_blockers(self, node: str, leaving: Sequence[PlacedPod]) -> list[PlacedPod] | None:
+        """More pods to move when `node` is short of CPU or host memory once `leaving` left; None when none can cover it.
+
+        Greedy: each step takes the movable pod that gives back the largest share of what is still
+        short (CPU and memory shares added), preferring pods with less GPU, so CPU-only pods go first.
+        """
+        state = self.core.state
+        slot = state.slot_of[node]
+        cpu_short = mem_short = 0
+        if state.cpu_alloc[slot] > 0:  # 0: not tracked, never short
+            cpu_short = self.pending.cpu_milli - int(state.cpu_free[slot]) - sum(p.pod.cpu_milli for p in leaving)
+        if state.host_mem_alloc[slot] > 0:
+            mem_short = (
+                self.pending.memory_mib * MIB - int(state.host_mem_free[slot]) - sum(p.pod.memory_mib * MIB for p in leaving)
+            )
+        gone = {p.pod.name for p in leaving}
+        candidates = [p for p in self.by_node[node].values() if p.pod.name not in gone]
+        chosen: list[PlacedPod] = []
+        while cpu_short > 0 or mem_short > 0:
+            gains = {p.pod.name: _gain(p.pod, cpu_short=cpu_short, mem_short=mem_short) for p in candidates}
+            usable = [p for p in candidates if gains[p.pod.name] > 0 and self._movable([*leaving, *chosen, p])]
+            if not usable:
+                return None
+            best = min(usable, key=lambda p: (-gains[p.pod.name], p.pod.total_gpu_milli, p.pod.name))
+            candidates.remove(best)
+            chosen.append(best)
+            cpu_short -= best.pod.cpu_milli
+            mem_short -= best.pod.memory_mib * MIB
+        return chosen
 
     def _held(self, node: str, gpu: int) -> bool:
         for uid in self.holds:
@@ -179,23 +228,27 @@ class _Planner:
                 return True
         return False
 
-    def _evacuate(self, node: str, blockers: Sequence[PlacedPod]) -> list[Move] | None:
+    def _evacuate(self, node: str, blockers: Sequence[PlacedPod]) -> list[Move] | str:
+        """The moves that clear `node` for one pending pod (held there), or why it could not be done (rolled back)."""
         others = [NodeName(n) for n in self.nodes if n != node]
         for placed in blockers:
             self.core.remove_pod(PodUID(placed.pod.name))
         moves: list[Move] = []
         for placed in blockers:
-            request = pod_request(placed.pod)
+            request = placed.request()
             target = self.core.select(request, others)
             if target is None:
                 self._undo(moves, blockers)
-                return None
+                return (
+                    f"{node}: blocking pod {placed.pod.name} fits on no other node "
+                    "(capacity, GPU model, node selector or affinity)"
+                )
             allocation = self.core.reserve(request, target)
             self.core.confirm(request.uid)
             moves.append(Move(placed.pod.name, node, str(target), tuple(s.minor for s in allocation.gpus)))
         if not self._hold(node):
             self._undo(moves, blockers)
-            return None
+            return f"{node}: the pending pod still does not fit after moving its {len(blockers)} blocking pod(s)"
         return moves
 
     def _undo(self, moves: Sequence[Move], blockers: Sequence[PlacedPod]) -> None:
@@ -203,7 +256,7 @@ class _Planner:
             self.core.remove_pod(PodUID(move.pod))
         for placed in blockers:
             self.core.add_pod(
-                pod_request(placed.pod), NodeName(placed.node), allocation_for(placed.pod, placed.node, placed.gpus)
+                placed.request(), NodeName(placed.node), allocation_for(placed.pod, placed.node, placed.gpus)
             )
 
     def run(self) -> tuple[list[Move], list[str], list[str]]:
@@ -224,12 +277,12 @@ class _Planner:
             _, node, blockers = min(options, key=lambda o: (o[0], o[1]))
             tried.add(node)
             moves = self._evacuate(node, blockers)
-            if moves is None:
-                self.skipped.append(f"{node}: its {len(blockers)} blocking pod(s) fit nowhere else")
+            if isinstance(moves, str):
+                self.skipped.append(moves)
                 continue
             for placed, move in zip(blockers, moves, strict=True):
                 del self.by_node[placed.node][placed.pod.name]
-                self.by_node[move.to_node][placed.pod.name] = PlacedPod(placed.pod, move.to_node, move.gpus, placed.labels)
+                self.by_node[move.to_node][placed.pod.name] = replace(placed, node=move.to_node, gpus=move.gpus)
                 self.moved.add(placed.pod.name)
                 for name in self._budgets_of(placed):
                     self.budget_used[name] += 1

@@ -3,13 +3,17 @@
 JSON form (as `fgpuctl defrag-plan --snapshot` reads and `--write-snapshot` writes)::
 
     {"nodes": [{"name": "n1", "cpu_milli": 96000, "memory_mib": 393216, "gpus": 8, "model": "G2",
-                "unusable_gpus": [7]}],
+                "unusable_gpus": [7], "labels": {"zone": "a"}}],
      "pods": [{"name": "p1", "cpu_milli": 4000, "memory_mib": 8192, "num_gpu": 1, "gpu_milli": 500,
-               "gpu_spec": [], "node": "n1", "gpus": [3], "labels": {"app": "web"}}],
+               "gpu_spec": [], "node": "n1", "gpus": [3], "labels": {"app": "web"},
+               "node_selector": {"zone": "a"},
+               "affinity": [[{"key": "pool", "operator": "NotIn", "values": ["batch"]}]]}],
      "budgets": [{"name": "web", "selector": {"app": "web"}, "max_unavailable": 1},
                  {"name": "ns/db", "selector": {}, "max_unavailable": 0, "pods": ["ns/db-0"]}]}
 
 `unusable_gpus` (optional) are GPUs that take no pod (unhealthy, or held by a pod outside fgpu).
+Node `labels`, pod `node_selector` and pod `affinity` (all optional; see `node_constraints.py`)
+are given to the scheduler core, so a pod moves only to a node it may run on.
 A budget with `pods` covers exactly those pods (a live PodDisruptionBudget whose selector and
 namespace were already resolved); without it, the pods whose labels match `selector`.
 A snapshot can also come from a trace replay stopped at some arrived % (`snapshot_from_replay`)
@@ -25,9 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from apis.allocation import Allocation, GPUShare
-from scheduler_plugin.core.api import NodeName, PodUID
+from scheduler_plugin.core.api import LabelRequirement, NodeInfo, NodeName, PodRequest, PodUID
 from scheduler_plugin.core.fragmentation import TargetWorkload
 from scheduler_plugin.core.scheduler import Scheduler
+from scheduler_plugin.sim.node_constraints import (
+    ConstraintError,
+    affinity_from_json,
+    affinity_to_json,
+    labels_from_json,
+)
 from scheduler_plugin.sim.replay import (
     SIM_GPU_MEMORY_BYTES,
     build_scheduler,
@@ -35,7 +45,7 @@ from scheduler_plugin.sim.replay import (
     place,
     pod_request,
 )
-from scheduler_plugin.sim.trace import MILLI_PER_GPU, TraceNode, TracePod
+from scheduler_plugin.sim.trace import MIB, MILLI_PER_GPU, TraceNode, TracePod
 from scheduler_plugin.sim.workload import gpu_capacity_milli, order_and_tune, typical_shapes
 
 
@@ -49,6 +59,14 @@ class PlacedPod:
     node: str
     gpus: tuple[int, ...]
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: spec.nodeSelector
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    #: required node affinity: OR over terms, AND inside a term
+    affinity: tuple[tuple[LabelRequirement, ...], ...] = ()
+
+    def request(self) -> PodRequest:
+        """The core's request for this pod, with its node selector and affinity."""
+        return replace(pod_request(self.pod), node_selector=dict(self.node_selector), affinity_terms=self.affinity)
 
 
 @dataclass(frozen=True)
@@ -77,6 +95,8 @@ class Snapshot:
     budgets: tuple[DisruptionBudget, ...] = ()
     #: node -> GPU indexes that take no pod (unhealthy, or held outside fgpu)
     unusable_gpus: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: node -> its labels (what node selectors and affinity match)
+    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 def allocation_for(pod: TracePod, node: str, gpus: Sequence[int]) -> Allocation | None:
@@ -100,7 +120,7 @@ def allocation_for(pod: TracePod, node: str, gpus: Sequence[int]) -> Allocation 
 def load_into(core: Scheduler, snapshot: Snapshot) -> None:
     """Binds the snapshot's pods in `core` (which already holds its nodes)."""
     for placed in snapshot.pods:
-        core.add_pod(pod_request(placed.pod), NodeName(placed.node), allocation_for(placed.pod, placed.node, placed.gpus))
+        core.add_pod(placed.request(), NodeName(placed.node), allocation_for(placed.pod, placed.node, placed.gpus))
 
 
 def scheduler_for(snapshot: Snapshot, *, policy: str, seed: int = 0, workload: TargetWorkload | None = None) -> Scheduler:
@@ -109,6 +129,16 @@ def scheduler_for(snapshot: Snapshot, *, policy: str, seed: int = 0, workload: T
         workload = typical_shapes([p.pod for p in snapshot.pods] or [_NOTHING])
     core = build_scheduler(snapshot.nodes, policy=policy, seed=seed, workload=workload)
     for node in snapshot.nodes:
+        labels = snapshot.node_labels.get(node.name)
+        if labels and node.gpus:
+            core.upsert_node_info(
+                NodeInfo(
+                    name=NodeName(node.name),
+                    labels=dict(labels),
+                    cpu_milli=node.cpu_milli,
+                    memory_bytes=node.memory_mib * MIB,
+                )
+            )
         down = set(snapshot.unusable_gpus.get(node.name, ()))
         if down and node.gpus:
             devices = node_devices(node)
@@ -158,10 +188,18 @@ def _field(entry: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
 
 
 def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
+    try:
+        return _from_json(data)
+    except ConstraintError as exc:
+        raise SnapshotError(str(exc)) from None
+
+
+def _from_json(data: Mapping[str, Any]) -> Snapshot:
     if not isinstance(data, Mapping):
         raise SnapshotError("snapshot: the document is not a JSON object with nodes, pods and budgets")
     nodes = []
     unusable: dict[str, tuple[int, ...]] = {}
+    node_labels: dict[str, dict[str, str]] = {}
     for i, entry in enumerate(data.get("nodes") or []):
         where = f"nodes[{i}]"
         trace_node = TraceNode(
@@ -179,6 +217,9 @@ def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
             )
         if down:
             unusable[trace_node.name] = tuple(sorted(set(down)))
+        labels = labels_from_json(entry.get("labels"), where=f"{where} ({trace_node.name})", field="labels")
+        if labels:
+            node_labels[trace_node.name] = labels
     if not nodes:
         raise SnapshotError("snapshot: 'nodes' is empty; list at least one node")
     known = {n.name: n for n in nodes}
@@ -209,6 +250,8 @@ def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
                 node=node,
                 gpus=gpus,
                 labels=dict(entry.get("labels", {})),
+                node_selector=labels_from_json(entry.get("node_selector"), where=f"{where} ({name})", field="node_selector"),
+                affinity=affinity_from_json(entry.get("affinity"), where=f"{where} ({name})"),
             )
         )
     budgets = []
@@ -226,7 +269,9 @@ def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
         if budget.max_unavailable < 0:
             raise SnapshotError(f"{where}: max_unavailable = {budget.max_unavailable}; use 0 or more")
         budgets.append(budget)
-    return Snapshot(nodes=tuple(nodes), pods=tuple(pods), budgets=tuple(budgets), unusable_gpus=unusable)
+    return Snapshot(
+        nodes=tuple(nodes), pods=tuple(pods), budgets=tuple(budgets), unusable_gpus=unusable, node_labels=node_labels
+    )
 
 
 def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
@@ -239,6 +284,7 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
                 "gpus": n.gpus,
                 "model": n.model,
                 **({"unusable_gpus": list(snapshot.unusable_gpus[n.name])} if snapshot.unusable_gpus.get(n.name) else {}),
+                **({"labels": dict(snapshot.node_labels[n.name])} if snapshot.node_labels.get(n.name) else {}),
             }
             for n in snapshot.nodes
         ],
@@ -253,6 +299,8 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
                 "node": p.node,
                 "gpus": list(p.gpus),
                 "labels": dict(p.labels),
+                **({"node_selector": dict(p.node_selector)} if p.node_selector else {}),
+                **({"affinity": affinity_to_json(p.affinity)} if p.affinity else {}),
             }
             for p in snapshot.pods
         ],

@@ -63,7 +63,7 @@ def seed(api: KubeAPIServer) -> None:
         cluster.add_node(api, gpu_node(name, gpus=1), cpu="64")
     cluster.add_pod(api, bound_pod("n1", "web-0", core=30, memory_gib=8, cpu="2", labels={"app": "web"}))
     cluster.add_pod(api, bound_pod("n2", "db-0", core=30, memory_gib=8, cpu="2", labels={"app": "db"}))
-    batch = pod("batch", node_name="n3", requests={"cpu": "60"})
+    batch = pod("batch", node_name="n3", requests={"cpu": "60"}, labels={"app": "batch"})
     batch["status"] = {"phase": "Running"}
     cluster.add_pod(api, batch)
 
@@ -102,6 +102,7 @@ def test_budgets_that_pin_every_blocking_pod_leave_no_move(kube_api: KubeAPIServ
     seed(kube_api)
     kube_api.put_object(PDBS, pdb("web", "web", maxUnavailable=0))
     kube_api.put_object(PDBS, pdb("db", "db", minAvailable="100%"))
+    kube_api.put_object(PDBS, pdb("batch", "batch", maxUnavailable=0))  # else the CPU-only pod moves off n3
 
     result = plan(kube_api, capsys)
 
