@@ -1,4 +1,4 @@
-"""The `fgpu` policy: FGD's fragmentation measure plus the GPU that CPU or memory shortage strands.
+"""The `fgpu` policy: FGD's fragmentation measure, the GPU that CPU or memory shortage strands, and the eventual waste of holes.
 
 FGD (see `policy_fgd.py`) counts a node's idle GPU as fragmented for a pod shape only once the
 node's CPU is *already* too short for that shape. Replaying the Alibaba trace shows where this
@@ -21,9 +21,19 @@ rho comes from the target workload's GPU shapes and mu from `TargetWorkload.memo
 pods the policy sees, re-estimated whenever the number of pods seen doubles (and every 4096 pods),
 so cached scores stay valid in between.
 
-Parameters: `strand_weight` (default 3), `hole_weight` (0.3), `fill_supply` (0.02: holes that
-only rare shapes fit are filled with probability (their frequency) / fill_supply, 0 = always),
-`cpu_per_gpu_milli` and `memory_per_gpu_milli` to pin the ratios (0 leaves that resource out).
+The third term is the growth of the node's expected eventual hole waste (`HoleWaste`): what stays
+unused of its partly used GPUs once the workload's pods keep arriving and each goes to the hole it
+fills best. Weighted 15x, it decides most share placements; FGD's fragmentation and stranding then
+separate nodes whose holes are alike (and keep whole GPUs whole, which the hole waste of a free GPU
+barely sees). Its tables depend on the node's CPU left, not its GPU model: a table per model would
+make the GPUs that model-constrained pods need look the cheapest to fill and draw unconstrained
+shares onto them (FGD's own term keeps placement model-aware).
+
+Parameters: `strand_weight` (default 3), `hole_weight` (15), `fill_temperature` (30 milli-GPU: how
+sharply arriving pods prefer the holes they fill best, 0 = they take the first hole they fit),
+`fill_supply` (0.02: holes that only rare shapes fit are filled with probability (their frequency)
+/ fill_supply, 0 = always), `cpu_per_gpu_milli` and `memory_per_gpu_milli` to pin the ratios
+(0 leaves that resource out).
 """
 
 from __future__ import annotations
@@ -37,9 +47,18 @@ from scheduler_plugin.core.fragmentation import FloatArray, HoleWaste, TargetWor
 from scheduler_plugin.core.policies import BoolMatrix, PolicyContext, SlotArray, register_policy
 from scheduler_plugin.core.policy_fgd import FGDPolicy, share_milli
 
-PARAMS = ("strand_weight", "hole_weight", "fill_supply", "cpu_per_gpu_milli", "memory_per_gpu_milli")
+PARAMS = (
+    "strand_weight",
+    "hole_weight",
+    "fill_temperature",
+    "fill_supply",
+    "cpu_per_gpu_milli",
+    "memory_per_gpu_milli",
+)
 DEFAULT_STRAND_WEIGHT = 3.0
-DEFAULT_HOLE_WEIGHT = 0.3
+DEFAULT_HOLE_WEIGHT = 15.0
+#: milli-GPU of eventual waste over which a pod's preference between two holes fades (see `HoleWaste`)
+DEFAULT_FILL_TEMPERATURE = 30.0
 #: frequency of fitting shapes at which a hole is sure to be filled (see `HoleWaste`)
 DEFAULT_FILL_SUPPLY = 0.02
 #: re-estimate learnt ratios at least this often (pods seen)
@@ -113,7 +132,8 @@ class FGPUPolicy(FGDPolicy):
         self.strand_weight = float(context.params.get("strand_weight", DEFAULT_STRAND_WEIGHT))
         self.hole_weight = float(context.params.get("hole_weight", DEFAULT_HOLE_WEIGHT))
         fill_supply = float(context.params.get("fill_supply", DEFAULT_FILL_SUPPLY))
-        self.holes = HoleWaste(self.index.workload, fill_supply=fill_supply)
+        temperature = float(context.params.get("fill_temperature", DEFAULT_FILL_TEMPERATURE))
+        self.holes = HoleWaste(self.index.workload, fill_supply=fill_supply, temperature=temperature)
 
     def stranded(self, idle: FloatArray, cpu_free: FloatArray, memory_free: FloatArray) -> FloatArray:
         """GPU (milli) that the node's CPU or memory can't feed, per node; untracked resources are +inf."""
@@ -141,7 +161,8 @@ class FGPUPolicy(FGDPolicy):
         """Change of the expected eventual waste of the node's holes: (K, G) for a share, else (K, 1)."""
         index = self.index
         free = index.free[rows]
-        model_ok = index.model_ok[rows]
+        # Every shape counts as a filler whatever the node's model (see the module docstring).
+        model_ok = np.ones((len(rows), len(index.workload.shapes)), dtype=np.bool_)
         cpu = index.cpu_free[rows]
         before = self.holes.table_ids(model_ok=model_ok, cpu_free=cpu)
         after = self.holes.table_ids(model_ok=model_ok, cpu_free=cpu - demand.cpu_milli) if demand.cpu_milli else before

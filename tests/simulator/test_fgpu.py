@@ -99,3 +99,66 @@ def test_fgpu_takes_its_ratios_from_the_target_workload() -> None:
     policy = make_policy("fgpu", context=PolicyContext(state=ClusterState(), options={"workload": WORKLOAD}))
     assert isinstance(policy, FGPUPolicy)
     assert policy.ratios.cpu == pytest.approx(4.0)
+
+
+def test_steered_hole_waste_expects_a_hole_to_go_to_the_pod_that_fills_it_best() -> None:
+    # 470 pods are three times as frequent as 650 pods. Unsteered, a 680 hole most likely gets a
+    # 470 (210 left, which nothing fills); steered, the 650 pods take it (30 left), as a packing
+    # policy makes them do.
+    workload = TargetWorkload(
+        shapes=(PodShape(cpu_milli=0, gpu_milli=470, num_gpu=1), PodShape(cpu_milli=0, gpu_milli=650, num_gpu=1)),
+        weights=(0.75, 0.25),
+    )
+    anywhere = np.ones((1, 2), dtype=np.bool_), np.array([8000])
+    unsteered = HoleWaste(workload)
+    steered = HoleWaste(workload, temperature=30)
+    plain_id = unsteered.table_ids(model_ok=anywhere[0], cpu_free=anywhere[1])[0]
+    sharp_id = steered.table_ids(model_ok=anywhere[0], cpu_free=anywhere[1])[0]
+    plain, sharp = unsteered.table[plain_id], steered.table[sharp_id]
+    assert plain[68] == pytest.approx(0.75 * 210 + 0.25 * 30)
+    assert sharp[68] < 40  # nearly always the 650: 30 left
+    assert sharp[53] == pytest.approx(60)  # only the 470 fits a 530 hole, steered or not
+    assert sharp[21] == pytest.approx(210)
+
+
+def test_the_eventual_waste_of_a_hole_does_not_depend_on_the_gpu_model() -> None:
+    # 350 pods run only on V100. Were the V100 node's holes valued with them as fillers and the T4's
+    # without, a share would look cheaper on the V100, the very GPUs those pods need.
+    workload = TargetWorkload(
+        shapes=(
+            PodShape(cpu_milli=0, gpu_milli=350, num_gpu=1, models=frozenset({"V100"})),
+            PodShape(cpu_milli=0, gpu_milli=250, num_gpu=1),
+        ),
+        weights=(0.5, 0.5),
+    )
+    core = cluster("fgpu", [node("v100", gpus=1, model="V100"), node("t4", gpus=1, model="T4")], workload=workload)
+    occupy(core, "v100", [40])
+    occupy(core, "t4", [40])
+    policy = core.node_policy
+    assert isinstance(policy, FGPUPolicy)
+    policy.tracker.refresh()
+    rows = np.array([core.state.slot_of["v100"], core.state.slot_of["t4"]], dtype=np.intp)
+    share = Demand(gpus=1, core_percent=30, memory_bytes=None, memory_ratio_percent=30, whole=False, cpu_milli=0, host_memory_bytes=0)
+    deltas = policy.hole_deltas(rows, share, wide=True)
+    assert deltas[0, 0] == pytest.approx(deltas[1, 0])
+
+
+@pytest.mark.parametrize(("policy", "gpu"), [("fgd", 0), ("fgpu", 1)])
+def test_a_share_leaves_the_hole_a_frequent_pod_fills_and_starts_a_gpu_a_rarer_pod_completes(policy: str, gpu: int) -> None:
+    # GPU 0 holds a 470 pod (530 free): the next 470 completes it to 940. A 320 share there leaves
+    # 210 that nothing fills; on the free GPU 1 it leaves 680, which a 650 completes. FGD sees only
+    # that the free GPU stops fitting whole pods and fills the 530 hole.
+    workload = TargetWorkload(
+        shapes=(
+            PodShape(cpu_milli=0, gpu_milli=470, num_gpu=1),
+            PodShape(cpu_milli=0, gpu_milli=650, num_gpu=1),
+            PodShape(cpu_milli=0, gpu_milli=320, num_gpu=1),
+            PodShape(cpu_milli=0, gpu_milli=1000, num_gpu=1),
+        ),
+        weights=(0.4, 0.1, 0.1, 0.4),
+    )
+    core = cluster(policy, [node("a", gpus=2)], workload=workload)
+    occupy(core, "a", [47, 0])
+    share = pod("share", milli=320, cpu=0)
+    assert place(core, share) == "a"
+    assert gpus_of(core, share) == ("a", (gpu,))
