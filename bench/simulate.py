@@ -113,7 +113,7 @@ def _table(runs: list[dict[str, Any]], policies: tuple[str, ...], workloads: tup
         "",
         "Mean wall time per seed (s) when each column was last run (up to --jobs at a time, on a machine shared with other",
         "work), so only a rough guide. Alone, `/usr/bin/time fgpuctl simulate --policy P --seed 42` on the",
-        "default trace took 4.3 s (fgd) and 5.3 s (fgpu) of CPU per seed.",
+        "default trace took 4.3 s (fgd) and 5.4 s (fgpu) per seed (wall time, idle machine).",
         "",
     ]
     lines += metric_table("seconds", ".1f")
