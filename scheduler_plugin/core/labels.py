@@ -141,6 +141,17 @@ def _as_int(value: str) -> int | None:
         return None
 
 
+def values_problem(operator: str, values: Sequence[str]) -> str | None:
+    """Why `values` don't suit `operator` under Kubernetes' rules, or None when they do."""
+    if operator in ("In", "NotIn") and not values:
+        return f"operator {operator} needs at least one value"
+    if operator in ("Exists", "DoesNotExist") and values:
+        return f"operator {operator} takes no values, got {list(values)}"
+    if operator in ("Gt", "Lt") and (len(values) != 1 or _as_int(values[0]) is None):
+        return f"operator {operator} needs exactly one integer value, got {list(values)}"
+    return None
+
+
 def matches(labels: Mapping[str, str], requirement: LabelRequirement) -> bool:
     """One requirement against one node's labels (used to explain a mismatch)."""
     value = labels.get(requirement.key)

@@ -24,7 +24,7 @@ from apis.request import RequestError, parse_pod, pod_cpu_memory
 from apis.translation import TranslationRules
 from scheduler_plugin.core.api import LabelRequirement, PodRequest, PodUID
 from scheduler_plugin.core.filtering import SCOPES
-from scheduler_plugin.core.labels import OPERATORS
+from scheduler_plugin.core.labels import OPERATORS, values_problem
 
 #: Owner kinds whose pods form one job (a JobSet's pods are owned by its child Jobs: see job_key).
 JOB_OWNER_KINDS = ("Job", "ReplicaSet")
@@ -166,25 +166,11 @@ def _requirement(
     if operator not in OPERATORS:
         errors.append(f"{where}.operator: {operator!r} is not one of {', '.join(OPERATORS)}")
         return None
-    if operator in ("In", "NotIn") and not values:
-        errors.append(f"{where}.values: operator {operator} needs at least one value")
-    elif operator in ("Exists", "DoesNotExist") and values:
-        errors.append(f"{where}.values: operator {operator} takes no values, got {list(values)}")
-    elif operator in ("Gt", "Lt") and (len(values) != 1 or not _is_int(values[0])):
-        errors.append(
-            f"{where}.values: operator {operator} needs exactly one integer value, got {list(values)}"
-        )
-    else:
-        return LabelRequirement(key=key, operator=operator, values=values)
-    return None
-
-
-def _is_int(text: str) -> bool:
-    try:
-        int(text)
-    except ValueError:
-        return False
-    return True
+    problem = values_problem(operator, values)
+    if problem is not None:
+        errors.append(f"{where}.values: {problem}")
+        return None
+    return LabelRequirement(key=key, operator=operator, values=values)
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

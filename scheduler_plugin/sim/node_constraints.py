@@ -19,9 +19,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler_plugin.core.api import LabelRequirement
-from scheduler_plugin.core.labels import OPERATORS
+from scheduler_plugin.core.labels import OPERATORS, values_problem
 
 Terms = tuple[tuple[LabelRequirement, ...], ...]
+
+#: how to mend values that don't suit the operator
+_FIXES = {
+    "In": '; add "values": [..]',
+    "NotIn": '; add "values": [..]',
+    "Exists": '; drop "values"',
+    "DoesNotExist": '; drop "values"',
+}
 
 
 class ConstraintError(ValueError):
@@ -76,21 +84,10 @@ def _requirement(entry: Any, *, where: str) -> LabelRequirement:
     values = entry.get("values", [])
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         raise ConstraintError(f"{where}: values = {values!r} is not a list of strings; quote each value")
-    if operator in ("In", "NotIn") and not values:
-        raise ConstraintError(f"{where}: operator {operator} needs at least one value; add \"values\": [..]")
-    if operator in ("Exists", "DoesNotExist") and values:
-        raise ConstraintError(f"{where}: operator {operator} takes no values, got {values!r}; drop \"values\"")
-    if operator in ("Gt", "Lt") and (len(values) != 1 or not _is_int(values[0])):
-        raise ConstraintError(f"{where}: operator {operator} needs exactly one integer value, got {values!r}")
+    problem = values_problem(operator, values)
+    if problem is not None:
+        raise ConstraintError(f"{where}: {problem}{_FIXES.get(operator, '')}")
     return LabelRequirement(key=key, operator=operator, values=tuple(values))
-
-
-def _is_int(text: str) -> bool:
-    try:
-        int(text)
-    except ValueError:
-        return False
-    return True
 
 
 def affinity_to_json(terms: Sequence[Sequence[LabelRequirement]]) -> list[list[dict[str, Any]]]:
