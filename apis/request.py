@@ -8,10 +8,8 @@ failure is one message naming the container, the resource, the value and the
 fix. Containers combine with Kubernetes' effective-request rule, per resource,
 as the scheduler counts them.
 
-Example, `DeviceRequest.to_json()` of `gpu-core: 100, gpu-memory-ratio: 100, gpu.shared: 2`::
-
-    {"gpus": 2, "core_percent": 50, "memory_bytes": null, "memory_ratio_percent": 50,
-     "whole": false, "source": "koordinator"}
+This module reads the pod; the request value (`DeviceRequest`, `RequestError`)
+is in apis/device_request.py and the checks in apis/request_checks.py.
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ from fractions import Fraction
 from typing import Any
 
 from apis import names
+from apis.device_request import DeviceRequest, RequestError
 from apis.pods import (
     ContainerKind,
     ContainerResources,
@@ -33,94 +32,10 @@ from apis.pods import (
     pod_overhead,
 )
 from apis.quantity import format_bytes, parse_quantity
+from apis.request_checks import derive_request
 from apis.translation import KOORDINATOR_SOURCE, Term, TranslationRules, problem
 
-_PERCENTS = (names.GPU_CORE, names.GPU_MEMORY_RATIO)
-
-
-@dataclass(frozen=True)
-class DeviceRequest:
-    """The GPUs a pod needs: `gpus` cards, each with the same share."""
-
-    gpus: int
-    #: Per card, 0..100; 0 asks for memory only.
-    core_percent: int
-    #: Per card, when the pod asked for bytes.
-    memory_bytes: int | None
-    #: Per card, when the pod asked for a ratio (100 for whole GPUs).
-    memory_ratio_percent: int | None
-    #: Each card is taken entirely: all of its compute and memory.
-    whole: bool
-    #: The rule that produced it: "koordinator", "nvidia", "hami", ...
-    source: str
-
-    def __post_init__(self) -> None:
-        if self.gpus < 1:
-            raise ValueError(f"DeviceRequest.gpus: {self.gpus} must be at least 1")
-        if not 0 <= self.core_percent <= 100:
-            raise ValueError(f"DeviceRequest.core_percent: {self.core_percent} must be 0..100")
-        if self.memory_bytes is not None and self.memory_bytes < 1:
-            raise ValueError(f"DeviceRequest.memory_bytes: {self.memory_bytes} must be positive")
-        if self.memory_ratio_percent is not None and not 1 <= self.memory_ratio_percent <= 100:
-            raise ValueError(f"DeviceRequest.memory_ratio_percent: {self.memory_ratio_percent} must be 1..100")
-        if self.memory_bytes is not None and self.memory_ratio_percent is not None:
-            raise ValueError("DeviceRequest: give memory_bytes or memory_ratio_percent, not both")
-        if self.memory_bytes is None and self.memory_ratio_percent is None:
-            raise ValueError("DeviceRequest: one of memory_bytes or memory_ratio_percent is needed")
-        if self.whole and (self.core_percent != 100 or self.memory_ratio_percent != 100):
-            raise ValueError("DeviceRequest: whole=True needs core_percent=100 and memory_ratio_percent=100")
-
-    def memory_bytes_on(self, gpu_memory_bytes: int) -> int:
-        """The bytes this request takes on each card of `gpu_memory_bytes` memory."""
-        if self.memory_bytes is not None:
-            return self.memory_bytes
-        assert self.memory_ratio_percent is not None  # __post_init__ guarantees one of the two
-        return gpu_memory_bytes * self.memory_ratio_percent // 100
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "gpus": self.gpus,
-            "core_percent": self.core_percent,
-            "memory_bytes": self.memory_bytes,
-            "memory_ratio_percent": self.memory_ratio_percent,
-            "whole": self.whole,
-            "source": self.source,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> DeviceRequest:
-        """The inverse of to_json; a missing or mistyped field raises ValueError naming it."""
-
-        def number(key: str, *, optional: bool = False) -> Any:
-            value = data.get(key)
-            if value is None and optional:
-                return None
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"DeviceRequest JSON: {key}: expected a whole number, got {value!r}")
-            return value
-
-        whole = data.get("whole", False)
-        source = data.get("source", "")
-        if not isinstance(whole, bool):
-            raise ValueError(f"DeviceRequest JSON: whole: expected true or false, got {whole!r}")
-        if not isinstance(source, str):
-            raise ValueError(f"DeviceRequest JSON: source: expected text, got {source!r}")
-        return cls(
-            gpus=number("gpus"),
-            core_percent=number("core_percent"),
-            memory_bytes=number("memory_bytes", optional=True),
-            memory_ratio_percent=number("memory_ratio_percent", optional=True),
-            whole=whole,
-            source=source,
-        )
-
-
-class RequestError(ValueError):
-    """An invalid request; `errors` holds one message per problem."""
-
-    def __init__(self, errors: Sequence[str]) -> None:
-        super().__init__("; ".join(errors))
-        self.errors = list(errors)
+__all__ = ["DeviceRequest", "RequestError", "parse_pod", "pod_cpu_memory"]
 
 
 def parse_pod(pod: Mapping[str, Any] | Any, *, rules: TranslationRules | None = None) -> DeviceRequest | None:
@@ -147,7 +62,7 @@ def parse_pod(pod: Mapping[str, Any] | Any, *, rules: TranslationRules | None = 
     total = effective_requests((p.kind, p.amounts) for p in parts)
     terms = {key: _total_term(key, value, parts) for key, value in total.items()}
     where = "containers " + ", ".join(f'"{p.name}"' for p in parts) + " together"
-    combined = _derive(total, terms, where=where, source=sources[0], errors=errors)
+    combined = derive_request(amounts=total, terms=terms, where=where, source=sources[0], errors=errors)
     if combined is None:
         raise RequestError(errors)
     return combined
@@ -269,7 +184,7 @@ def _container_part(container: ContainerResources, rules: TranslationRules, erro
             return None
         source, amounts, terms = rule.name, translated.amounts, translated.terms
         memory_hint = rule.memory_hint()
-    request = _derive(amounts, terms, where=where, source=source, errors=errors, memory_hint=memory_hint)
+    request = derive_request(amounts=amounts, terms=terms, where=where, source=source, errors=errors, memory_hint=memory_hint)
     if request is None:
         return None
     return _Part(container.name, where, container.kind, source, amounts, terms, request)
@@ -332,107 +247,6 @@ def _positive_whole(resource: str, raw: object, where: str, errors: list[str]) -
         return None
     return int(value)
 
-
-# --- Koordinator amounts -> DeviceRequest ------------------------------------------------------
-
-
-def _derive(
-    amounts: Mapping[str, int],
-    terms: Mapping[str, Term],
-    *,
-    where: str,
-    source: str,
-    errors: list[str],
-    memory_hint: str = "",
-) -> DeviceRequest | None:
-    """Checks a request in Koordinator's terms and splits it over its cards."""
-    start = len(errors)
-    if not memory_hint:
-        memory_hint = f"{names.GPU_MEMORY_RATIO} (e.g. {amounts.get(names.GPU_CORE, 50)}) or {names.GPU_MEMORY} (e.g. 10Gi)"
-
-    def fail(resource: str, what: str, fix: str) -> None:
-        term = terms.get(resource, Term(resource, str(amounts.get(resource))))
-        errors.append(problem(where=where, resource=term.resource, value=term.text, what=what, fix=fix))
-
-    def shown(resource: str) -> str:
-        return terms[resource].resource if resource in terms else resource
-
-    whole = amounts.get(names.KOORD_GPU)
-    core, memory = amounts.get(names.GPU_CORE), amounts.get(names.GPU_MEMORY)
-    ratio, shared = amounts.get(names.GPU_MEMORY_RATIO), amounts.get(names.GPU_SHARED)
-    if whole is not None:
-        others = [shown(r) for r in (names.GPU_CORE, names.GPU_MEMORY, names.GPU_MEMORY_RATIO, names.GPU_SHARED) if r in amounts]
-        if others:
-            fail(names.KOORD_GPU, f"is a share in percent of a card (compute and memory together) and cannot be combined with {', '.join(others)}",
-                 f"ask either with {shown(names.KOORD_GPU)} alone (100 = one whole GPU), or with {names.GPU_CORE} and a memory resource without it")
-            return None
-        # Koordinator's koordinator.sh/gpu is a percentage of one card that stands for both
-        # compute and memory ratio (100 = one whole GPU, 50 = half of one, 200 = two whole).
-        core = ratio = whole
-        amounts = {**amounts, names.GPU_CORE: whole, names.GPU_MEMORY_RATIO: whole}
-        if names.KOORD_GPU in terms:
-            terms = {**terms, names.GPU_CORE: terms[names.KOORD_GPU], names.GPU_MEMORY_RATIO: terms[names.KOORD_GPU]}
-    elif core is None and memory is None and ratio is None:
-        if shared is not None:
-            fail(names.GPU_SHARED, "spreads a share over cards but no share is asked for",
-                 f"add {names.GPU_CORE} and {names.GPU_MEMORY_RATIO} (or {names.GPU_MEMORY}), or remove it")
-        return None
-    if memory is not None and ratio is not None:
-        ratio_text = terms[names.GPU_MEMORY_RATIO].text if names.GPU_MEMORY_RATIO in terms else ratio
-        fail(names.GPU_MEMORY, f"is given together with {shown(names.GPU_MEMORY_RATIO)}={ratio_text}: "
-             "memory and memory-ratio together are invalid",
-             f"keep only one of {shown(names.GPU_MEMORY)} and {shown(names.GPU_MEMORY_RATIO)}")
-    if core is not None and memory is None and ratio is None:
-        fail(names.GPU_CORE, "asks for compute without memory: core alone is invalid", f"add {memory_hint}")
-    if len(errors) > start:
-        return None
-
-    if shared is not None:
-        gpus = shared
-        for resource in _PERCENTS:
-            value = amounts.get(resource)
-            if value is None:
-                continue
-            if value % shared:
-                fail(resource, f"is not a multiple of {shown(names.GPU_SHARED)}={shared}, so it does not split evenly over the cards",
-                     f"ask for a multiple of {shared}, e.g. {_multiples_near(value, shared)}")
-            elif value // shared > 100:
-                fail(resource, f"is more than 100 per card over {shared} cards",
-                     f"ask for at most {100 * shared}, or raise {shown(names.GPU_SHARED)}")
-    else:
-        counts: dict[str, int] = {}
-        for resource in _PERCENTS:
-            value = amounts.get(resource)
-            if value is None:
-                continue
-            if value > 100 and value % 100:
-                fail(resource, "is above 100 but not a multiple of 100: a percentage above 100 must be a multiple of 100 "
-                     "(a share of one card, or whole cards)",
-                     f"ask for {value // 100 * 100} or {(value // 100 + 1) * 100}, or for at most 100")
-                continue
-            counts[resource] = value // 100 if value > 100 else 1
-        if len(set(counts.values())) > 1:
-            fail(names.GPU_CORE, f"asks for {counts[names.GPU_CORE]} card(s) but "
-                 f"{shown(names.GPU_MEMORY_RATIO)}={terms[names.GPU_MEMORY_RATIO].text} for {counts[names.GPU_MEMORY_RATIO]}",
-                 f"make both ask for the same number of cards, or spread a share with {names.GPU_SHARED}")
-        gpus = max(counts.values(), default=1)
-    if memory is not None and not len(errors) > start and memory % gpus:
-        fail(names.GPU_MEMORY, f"does not split evenly over {gpus} cards",
-             f"ask for a multiple of {gpus} bytes, e.g. {format_bytes(memory - memory % gpus)}")
-    if len(errors) > start:
-        return None
-    core_each = (core or 0) // gpus
-    ratio_each = ratio // gpus if ratio is not None else None
-    return DeviceRequest(
-        gpus=gpus,
-        core_percent=core_each,
-        memory_bytes=memory // gpus if memory is not None else None,
-        memory_ratio_percent=ratio_each,
-        whole=core_each == 100 and ratio_each == 100,
-        source=source,
-    )
-
-
 def _first_term(part: _Part) -> str:
     term = next(iter(part.terms.values()))
     return f"{term.resource}={term.text}"
@@ -442,8 +256,3 @@ def _total_term(resource: str, value: int, parts: Sequence[_Part]) -> Term:
     name = next((p.terms[resource].resource for p in parts if resource in p.terms), resource)
     text = format_bytes(value) if resource == names.GPU_MEMORY else str(value)
     return Term(name, f"{text} (sum)")
-
-
-def _multiples_near(value: int, step: int) -> str:
-    below = value - value % step
-    return f"{below} or {below + step}" if below else str(step)

@@ -1,0 +1,120 @@
+"""The checks every GPU request passes in Koordinator's terms, and how it splits over its cards.
+
+Whatever resources a container asked in, its request reaches here as
+Koordinator amounts (`koordinator.sh/gpu-core`, `gpu-memory`,
+`gpu-memory-ratio`, `gpu.shared`, `koordinator.sh/gpu`) with the terms the pod
+wrote them in, so each failure names the resource and value the pod used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from apis import names
+from apis.device_request import DeviceRequest
+from apis.quantity import format_bytes
+from apis.translation_rule import Term, problem
+
+_PERCENTS = (names.GPU_CORE, names.GPU_MEMORY_RATIO)
+
+
+def derive_request(
+    *,
+    amounts: Mapping[str, int],
+    terms: Mapping[str, Term],
+    where: str,
+    source: str,
+    errors: list[str],
+    memory_hint: str = "",
+) -> DeviceRequest | None:
+    """Checks a request in Koordinator's terms and splits it over its cards."""
+    start = len(errors)
+    if not memory_hint:
+        memory_hint = f"{names.GPU_MEMORY_RATIO} (e.g. {amounts.get(names.GPU_CORE, 50)}) or {names.GPU_MEMORY} (e.g. 10Gi)"
+
+    def fail(resource: str, what: str, fix: str) -> None:
+        term = terms.get(resource, Term(resource, str(amounts.get(resource))))
+        errors.append(problem(where=where, resource=term.resource, value=term.text, what=what, fix=fix))
+
+    def shown(resource: str) -> str:
+        return terms[resource].resource if resource in terms else resource
+
+    whole = amounts.get(names.KOORD_GPU)
+    core, memory = amounts.get(names.GPU_CORE), amounts.get(names.GPU_MEMORY)
+    ratio, shared = amounts.get(names.GPU_MEMORY_RATIO), amounts.get(names.GPU_SHARED)
+    if whole is not None:
+        others = [shown(r) for r in (names.GPU_CORE, names.GPU_MEMORY, names.GPU_MEMORY_RATIO, names.GPU_SHARED) if r in amounts]
+        if others:
+            fail(names.KOORD_GPU, f"is a share in percent of a card (compute and memory together) and cannot be combined with {', '.join(others)}",
+                 f"ask either with {shown(names.KOORD_GPU)} alone (100 = one whole GPU), or with {names.GPU_CORE} and a memory resource without it")
+            return None
+        # Koordinator's koordinator.sh/gpu is a percentage of one card that stands for both
+        # compute and memory ratio (100 = one whole GPU, 50 = half of one, 200 = two whole).
+        core = ratio = whole
+        amounts = {**amounts, names.GPU_CORE: whole, names.GPU_MEMORY_RATIO: whole}
+        if names.KOORD_GPU in terms:
+            terms = {**terms, names.GPU_CORE: terms[names.KOORD_GPU], names.GPU_MEMORY_RATIO: terms[names.KOORD_GPU]}
+    elif core is None and memory is None and ratio is None:
+        if shared is not None:
+            fail(names.GPU_SHARED, "spreads a share over cards but no share is asked for",
+                 f"add {names.GPU_CORE} and {names.GPU_MEMORY_RATIO} (or {names.GPU_MEMORY}), or remove it")
+        return None
+    if memory is not None and ratio is not None:
+        ratio_text = terms[names.GPU_MEMORY_RATIO].text if names.GPU_MEMORY_RATIO in terms else ratio
+        fail(names.GPU_MEMORY, f"is given together with {shown(names.GPU_MEMORY_RATIO)}={ratio_text}: "
+             "memory and memory-ratio together are invalid",
+             f"keep only one of {shown(names.GPU_MEMORY)} and {shown(names.GPU_MEMORY_RATIO)}")
+    if core is not None and memory is None and ratio is None:
+        fail(names.GPU_CORE, "asks for compute without memory: core alone is invalid", f"add {memory_hint}")
+    if len(errors) > start:
+        return None
+
+    if shared is not None:
+        gpus = shared
+        for resource in _PERCENTS:
+            value = amounts.get(resource)
+            if value is None:
+                continue
+            if value % shared:
+                fail(resource, f"is not a multiple of {shown(names.GPU_SHARED)}={shared}, so it does not split evenly over the cards",
+                     f"ask for a multiple of {shared}, e.g. {_multiples_near(value, shared)}")
+            elif value // shared > 100:
+                fail(resource, f"is more than 100 per card over {shared} cards",
+                     f"ask for at most {100 * shared}, or raise {shown(names.GPU_SHARED)}")
+    else:
+        counts: dict[str, int] = {}
+        for resource in _PERCENTS:
+            value = amounts.get(resource)
+            if value is None:
+                continue
+            if value > 100 and value % 100:
+                fail(resource, "is above 100 but not a multiple of 100: a percentage above 100 must be a multiple of 100 "
+                     "(a share of one card, or whole cards)",
+                     f"ask for {value // 100 * 100} or {(value // 100 + 1) * 100}, or for at most 100")
+                continue
+            counts[resource] = value // 100 if value > 100 else 1
+        if len(set(counts.values())) > 1:
+            fail(names.GPU_CORE, f"asks for {counts[names.GPU_CORE]} card(s) but "
+                 f"{shown(names.GPU_MEMORY_RATIO)}={terms[names.GPU_MEMORY_RATIO].text} for {counts[names.GPU_MEMORY_RATIO]}",
+                 f"make both ask for the same number of cards, or spread a share with {names.GPU_SHARED}")
+        gpus = max(counts.values(), default=1)
+    if memory is not None and not len(errors) > start and memory % gpus:
+        fail(names.GPU_MEMORY, f"does not split evenly over {gpus} cards",
+             f"ask for a multiple of {gpus} bytes, e.g. {format_bytes(memory - memory % gpus)}")
+    if len(errors) > start:
+        return None
+    core_each = (core or 0) // gpus
+    ratio_each = ratio // gpus if ratio is not None else None
+    return DeviceRequest(
+        gpus=gpus,
+        core_percent=core_each,
+        memory_bytes=memory // gpus if memory is not None else None,
+        memory_ratio_percent=ratio_each,
+        whole=core_each == 100 and ratio_each == 100,
+        source=source,
+    )
+
+
+def _multiples_near(value: int, step: int) -> str:
+    below = value - value % step
+    return f"{below} or {below + step}" if below else str(step)
