@@ -33,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tune", type=float, default=1.3, help="tune the total GPU request to this multiple of capacity (0 = as is)"
     )
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="numeric policy parameter")
+    parser.add_argument(
+        "--learn-workload",
+        action="store_true",
+        help="don't give fgd/fgpu the trace's typical pod shapes; they learn them from the pods as they arrive, "
+        "as the live scheduler does",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--plot", metavar="PNG", help="draw allocation against arrived workload (needs matplotlib)")
 
@@ -80,7 +86,15 @@ def run(args: argparse.Namespace) -> int:
         results: list[RunResult] = []
         for seed in seeds:
             try:
-                result = replay(nodes=nodes, pods=pods, policy=policy, seed=seed, tune=args.tune or None, params=params)
+                result = replay(
+                    nodes=nodes,
+                    pods=pods,
+                    policy=policy,
+                    seed=seed,
+                    tune=args.tune or None,
+                    params=params,
+                    learn_workload=args.learn_workload,
+                )
             except (UnknownPolicyError, ValueError, TypeError) as error:
                 print(f"fgpuctl simulate: policy {policy}: {error}", file=sys.stderr)
                 return 2

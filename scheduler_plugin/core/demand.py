@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler_plugin.core.api import PodRequest
+from scheduler_plugin.core.fragmentation import MILLI
 
 #: Percent values of one GPU: 100 is the whole card.
 FULL_PERCENT = 100
@@ -36,6 +37,8 @@ class Demand:
     whole: bool
     cpu_milli: int = 0
     host_memory_bytes: int = 0
+    #: label-safe GPU models the pod may use; empty = any (what a learnt target workload records)
+    model_use: frozenset[str] = frozenset()
 
     @property
     def wants_gpu(self) -> bool:
@@ -72,6 +75,14 @@ class Demand:
         return FULL_PERCENT if self.whole else self.core_percent
 
 
+def share_milli(demand: Demand) -> int:
+    """Per-card request in milli-GPU: the larger of its compute and memory-ratio parts."""
+    if demand.whole:
+        return MILLI
+    percent = max(demand.core_percent, demand.memory_ratio_percent or 0)
+    return min(MILLI, percent * MILLI // FULL_PERCENT)
+
+
 def demand_of(pod: PodRequest) -> Demand:
     """The Demand of a parsed pod."""
     device = pod.device
@@ -84,6 +95,7 @@ def demand_of(pod: PodRequest) -> Demand:
             whole=False,
             cpu_milli=pod.cpu_milli,
             host_memory_bytes=pod.memory_bytes,
+            model_use=pod.model_use,
         )
     return Demand(
         gpus=device.gpus,
@@ -93,4 +105,5 @@ def demand_of(pod: PodRequest) -> Demand:
         whole=device.whole,
         cpu_milli=pod.cpu_milli,
         host_memory_bytes=pod.memory_bytes,
+        model_use=pod.model_use,
     )

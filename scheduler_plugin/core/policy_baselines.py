@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from scheduler_plugin.core.demand import Demand
+from scheduler_plugin.core.demand import Demand, share_milli
 from scheduler_plugin.core.policies import (
     MAX_SCORE,
     BasePolicy,
@@ -26,7 +26,7 @@ from scheduler_plugin.core.policies import (
     SlotArray,
     register_policy,
 )
-from scheduler_plugin.core.policy_fgd import free_milli, share_milli
+from scheduler_plugin.core.policy_fgd import free_milli
 
 #: the normalisers of the paper's simulator: its largest node spec
 MAX_SPEC_CPU_MILLI = 128_000

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scheduler_plugin.core.cluster import ClusterState
-from scheduler_plugin.core.demand import FULL_PERCENT, Demand
+from scheduler_plugin.core.demand import Demand, share_milli
 from scheduler_plugin.core.fragmentation import (
     MILLI,
     FloatArray,
@@ -34,6 +34,7 @@ from scheduler_plugin.core.fragmentation import (
     TargetWorkload,
 )
 from scheduler_plugin.core.policies import BasePolicy, BoolMatrix, PolicyContext, SlotArray, register_policy
+from scheduler_plugin.core.workload_learning import WorkloadLearner
 
 #: Stand-in target workload when the caller gives none: whole 1/2/4/8-GPU pods and common shares.
 GENERIC_WORKLOAD = TargetWorkload(
@@ -52,14 +53,6 @@ GENERIC_WORKLOAD = TargetWorkload(
 _UNTRACKED_CPU = 1 << 40
 
 NOT_FIT = -1.0
-
-
-def share_milli(demand: Demand) -> int:
-    """Per-card request in milli-GPU: the larger of its compute and memory-ratio parts."""
-    if demand.whole:
-        return MILLI
-    percent = max(demand.core_percent, demand.memory_ratio_percent or 0)
-    return min(MILLI, percent * MILLI // FULL_PERCENT)
 
 
 def free_milli(state: ClusterState, rows: SlotArray) -> IntArray:
@@ -169,10 +162,13 @@ class CachedScorePolicy(BasePolicy):
 
     def __init__(self, context: PolicyContext, *, workload: TargetWorkload | None = None) -> None:
         super().__init__(context)
-        chosen = workload or context.options.get("workload") or GENERIC_WORKLOAD
-        if not isinstance(chosen, TargetWorkload):
+        chosen = workload or context.options.get("workload")
+        if chosen is not None and not isinstance(chosen, TargetWorkload):
             raise TypeError(f"policy {self.name!r}: options['workload'] is a {type(chosen).__name__}; pass a TargetWorkload")
-        self.tracker = FragmentationTracker(self.state, chosen)
+        # Without a target workload (a live cluster) it is learnt from the pods scored; the
+        # stand-in serves until the first one is learnt.
+        self.learner = WorkloadLearner() if chosen is None else None
+        self.tracker = FragmentationTracker(self.state, chosen or GENERIC_WORKLOAD)
         self._cache: dict[DemandKey, NodeDeltas] = {}
 
     @property
@@ -217,7 +213,16 @@ class CachedScorePolicy(BasePolicy):
             entry.version[rows] = version[stale]
         return self.dynamic(nodes, demand, entry.delta[nodes])
 
+    def workload_changed(self, workload: TargetWorkload) -> None:
+        """Measures against `workload` from now on: every node's counters and cached score are redone."""
+        self.tracker = FragmentationTracker(self.state, workload)
+        self._cache.clear()
+
     def score(self, nodes: SlotArray, demand: Demand, fits: BoolMatrix) -> FloatArray:
+        if self.learner is not None:
+            learnt = self.learner.observe(demand)
+            if learnt is not None:
+                self.workload_changed(learnt)
         scores = fgd_score(self._deltas_of(nodes, demand, fits), scale=self.score_scale)
         result: FloatArray = scores.max(axis=1)
         return result

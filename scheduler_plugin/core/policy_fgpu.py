@@ -42,10 +42,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from scheduler_plugin.core.demand import Demand
+from scheduler_plugin.core.demand import Demand, share_milli
 from scheduler_plugin.core.fragmentation import FloatArray, HoleWaste, TargetWorkload
 from scheduler_plugin.core.policies import BoolMatrix, PolicyContext, SlotArray, register_policy
-from scheduler_plugin.core.policy_fgd import FGDPolicy, share_milli
+from scheduler_plugin.core.policy_fgd import FGDPolicy
 
 PARAMS = (
     "strand_weight",
@@ -134,6 +134,10 @@ class FGPUPolicy(FGDPolicy):
         fill_supply = float(context.params.get("fill_supply", DEFAULT_FILL_SUPPLY))
         temperature = float(context.params.get("fill_temperature", DEFAULT_FILL_TEMPERATURE))
         self.holes = HoleWaste(self.index.workload, fill_supply=fill_supply, temperature=temperature)
+
+    def workload_changed(self, workload: TargetWorkload) -> None:
+        super().workload_changed(workload)
+        self.holes = HoleWaste(workload, fill_supply=self.holes.fill_supply, temperature=self.holes.temperature)
 
     def stranded(self, idle: FloatArray, cpu_free: FloatArray, memory_free: FloatArray) -> FloatArray:
         """GPU (milli) that the node's CPU or memory can't feed, per node; untracked resources are +inf."""

@@ -85,15 +85,19 @@ def build_scheduler(
     *,
     policy: str,
     seed: int,
-    workload: TargetWorkload,
+    workload: TargetWorkload | None,
     params: Mapping[str, float] | None = None,
 ) -> Scheduler:
-    """A fresh core holding the trace's GPU nodes, ties broken by a node order fixed by `seed`."""
+    """A fresh core holding the trace's GPU nodes, ties broken by a node order fixed by `seed`.
+
+    `workload` None leaves the policy without a target workload, as in a live cluster: fgd and
+    fgpu then learn it from the pods they are asked to place.
+    """
     core = Scheduler(
         policy=policy,
         tie_break_seed=seed,
         policy_params=params or {},
-        policy_options={"workload": workload},
+        policy_options={} if workload is None else {"workload": workload},
     )
     for node in nodes:
         if node.gpus == 0:
@@ -127,8 +131,14 @@ def replay(
     seed: int,
     tune: float | None = 1.3,
     params: Mapping[str, float] | None = None,
+    learn_workload: bool = False,
 ) -> RunResult:
-    """One run of the protocol: order and tune the pods with `seed`, place them one by one."""
+    """One run of the protocol: order and tune the pods with `seed`, place them one by one.
+
+    With `learn_workload` the policy is not told the trace's typical shapes and learns them from
+    the pods as they arrive (the live scheduler's situation); fragmentation is still reported
+    against the trace's typical shapes.
+    """
     started = time.perf_counter()
     gpu_nodes = [n for n in nodes if n.gpus > 0]
     capacity = gpu_capacity_milli(gpu_nodes)
@@ -136,7 +146,9 @@ def replay(
         raise ValueError("the node list has no GPU; the replay needs at least one GPU node")
     workload = typical_shapes(pods)
     run = order_and_tune(pods, capacity_milli=capacity, seed=seed, tune=tune)
-    core = build_scheduler(gpu_nodes, policy=policy, seed=seed, workload=workload, params=params)
+    core = build_scheduler(
+        gpu_nodes, policy=policy, seed=seed, workload=None if learn_workload else workload, params=params
+    )
     # An observer of the core's state: FGD's measure, whatever the policy.
     observer = FragmentationTracker(core.state, workload)
     core.state.add_listener(observer)
