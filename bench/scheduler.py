@@ -117,12 +117,12 @@ def timed(op: Callable[[], object]) -> float:
     return (CLOCK() - start) * 1000
 
 
-def run(size: int, *, trace: str | None, pods: int, seed: int) -> dict[str, Any]:
+def run(size: int, *, trace: str | None, pods: int, seed: int, policy: str) -> dict[str, Any]:
     rng = random.Random(seed)
     layout = trace_nodes(trace, size) if trace else synthetic_nodes(size)
     with tempfile.TemporaryDirectory() as tmp:
         backend = EmbeddedBackend(path=os.path.join(tmp, "bench.db"))
-        core = Scheduler(tie_break_seed=seed)
+        core = Scheduler(policy=policy, tie_break_seed=seed)
         service = SchedulingService(core_factory=lambda: core, backend=backend, signing_key=b"bench")
         backend.start(service)
         for name, gpus, model in layout:
@@ -173,6 +173,7 @@ def run(size: int, *, trace: str | None, pods: int, seed: int) -> dict[str, Any]
             core.unreserve(uid)
         backend.stop()
     return {
+        "policy": policy,
         "nodes": size,
         "p50_ms": round(statistics.median(service_ms), 3),
         "p99_ms": round(percentile(service_ms, 99), 3),
@@ -191,22 +192,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--pods", type=int, default=500, help="pods timed per size")
     p.add_argument("--trace", help="trace directory (openb_node_list_gpu_node.csv, openb_pod_list_default.csv)")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--policy", action="append", help="scheduling policy, repeatable to compare (default binpack)")
     p.add_argument("--json", action="store_true", help="one JSON object per size")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="wall time, or this thread's CPU time")
     args = p.parse_args(argv)
     global CLOCK
     CLOCK = time.thread_time if args.clock == "cpu" else time.perf_counter
     sizes = [int(s) for s in str(args.nodes).split(",") if s]
-    results = [run(n, trace=args.trace, pods=args.pods, seed=args.seed) for n in sizes]
+    policies = args.policy or ["binpack"]
+    results = [
+        run(n, trace=args.trace, pods=args.pods, seed=args.seed, policy=policy) for policy in policies for n in sizes
+    ]
     for r in results:
         if args.json:
             print(json.dumps(r))
         else:
             print(
-                f"{r['nodes']:>6} nodes  service p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  {r['pods_per_s']:.0f} pods/s"
+                f"{r['policy']:>8} {r['nodes']:>6} nodes  service p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  {r['pods_per_s']:.0f} pods/s"
                 f"  |  core p50 {r['core_p50_ms']:.3f} ms  p99 {r['core_p99_ms']:.3f} ms  (fill {r['fill_percent']}%)"
             )
-    if len(results) > 1 and not args.json:
+    if len(sizes) > 1 and len(policies) == 1 and not args.json:
         first, last = results[0], results[-1]
         growth = last["p50_ms"] / first["p50_ms"] if first["p50_ms"] else float("nan")
         print(f"p50 grows {growth:.1f}x from {first['nodes']} to {last['nodes']} nodes ({last['nodes'] / first['nodes']:.0f}x the nodes)")

@@ -10,7 +10,7 @@ The file uses camelCase keys, like the Kubernetes objects it sits beside:
     metricsListen: ""            # a separate HOST:PORT for /metrics; empty: only on the extender port
     standalone: false            # bind pods with schedulerName fgpu-scheduler ourselves
     signingKey: /etc/fgpu/signing-key
-    policy: binpack              # node-level policy
+    policy: fgpu                 # node-level policy (binpack, spread, fgd, bestfit, ...)
     gpuPolicy: ""                # GPU-level policy; empty: the same as policy
     policyParams: {}             # weights of the node-level policy, e.g. {weight_cpu: 0}
     gpuPolicyParams: {}          # weights of the GPU-level policy; empty: see below
@@ -79,7 +79,7 @@ class SchedulerConfig:
     metrics_listen: str = ""
     standalone: bool = False
     signing_key: str = "/etc/fgpu/signing-key"
-    policy: str = "binpack"
+    policy: str = "fgpu"
     gpu_policy: str = ""
     policy_params: Mapping[str, float] = field(default_factory=dict)
     gpu_policy_params: Mapping[str, float] = field(default_factory=dict)

@@ -115,6 +115,10 @@ def test_policy_params_that_are_not_numbers_are_refused_naming_key_and_value(
     assert needle in str(caught.value)
 
 
+def test_the_default_policy_is_fgpu() -> None:
+    assert from_mapping({}).policy == "fgpu"
+
+
 @pytest.mark.parametrize(
     ("data", "needle"),
     [
@@ -132,7 +136,7 @@ def test_policy_params_that_are_not_numbers_are_refused_naming_key_and_value(
             "policyParams={'weight_cpu': -1.0}: policy 'spread': weight_cpu=-1.0 must be a number >= 0",
         ),
         (
-            {"policyParams": {"weight_gpu_core": 0, "weight_gpu_memory": 0, "weight_cpu": 0, "weight_memory": 0}},
+            {"policy": "binpack", "policyParams": {"weight_gpu_core": 0, "weight_gpu_memory": 0, "weight_cpu": 0, "weight_memory": 0}},
             "all weights are 0; give at least one resource a weight > 0",
         ),
     ],
