@@ -12,8 +12,9 @@ demands, then whenever the count doubles, then every `relearn_every` demands. Fr
 counts are halved at each re-derivation, so the workload follows a cluster whose mix of pods
 changes (the last ~2 x `relearn_every` demands weigh most).
 
-A demand is counted each time a policy scores it, so a pod that waits and is retried counts more
-than once; in a busy cluster those are few next to the pods that place at once.
+A demand is counted each time a policy scores it (a GPU-level policy of its own counts the shares
+it places instead), so a pod that waits and is retried counts more than once; in a busy cluster
+those are few next to the pods that place at once.
 """
 
 from __future__ import annotations

@@ -7,12 +7,14 @@ import json
 import pytest
 
 from fgpuctl.main import main as fgpuctl
+from scheduler_plugin.core.api import NodeInfo, NodeName
 from scheduler_plugin.core.demand import Demand
 from scheduler_plugin.core.fragmentation import PodShape
 from scheduler_plugin.core.policy_fgd import GENERIC_WORKLOAD, FGDPolicy
 from scheduler_plugin.core.policy_fgpu import FGPUPolicy
+from scheduler_plugin.core.scheduler import Scheduler
 from scheduler_plugin.core.workload_learning import WorkloadLearner, shape_of
-from scheduler_plugin.sim.replay import build_scheduler, place, replay
+from scheduler_plugin.sim.replay import build_scheduler, node_devices, place, pod_request, replay
 from scheduler_plugin.sim.trace import read_nodes, read_pods
 from tests.simulator.helpers import NODES_CSV, PODS_CSV, node, pod
 
@@ -112,3 +114,19 @@ def test_simulate_learns_the_workload_on_request(capsys: pytest.CaptureFixture[s
     learnt = json.loads(capsys.readouterr().out)
     expected = replay(nodes=read_nodes(NODES_CSV), pods=read_pods(PODS_CSV), policy="fgpu", seed=3, learn_workload=True)
     assert learnt["alloc_at_100_by_seed"] == [round(expected.alloc_at_100, 3)]
+
+
+def test_a_gpu_level_policy_of_its_own_learns_from_the_shares_it_places() -> None:
+    core = Scheduler(policy="binpack", gpu_policy="fgpu", tie_break_seed=0)
+    for i in range(8):
+        trace_node = node(f"n{i}", gpus=8, cpu=256000, memory_mib=1 << 20)
+        core.upsert_node_info(NodeInfo(name=NodeName(trace_node.name), cpu_milli=trace_node.cpu_milli, memory_bytes=trace_node.memory_mib << 20))
+        core.upsert_node_devices(node_devices(trace_node))
+    for i in range(64):
+        request = pod_request(pod(f"p{i}", milli=320, cpu=2000))
+        chosen = core.select(request)
+        assert chosen is not None
+        core.reserve(request, chosen)
+    gpu_policy = core.gpu_policy
+    assert isinstance(gpu_policy, FGPUPolicy)
+    assert gpu_policy.index.workload.shapes == (PodShape(cpu_milli=2000, gpu_milli=320, num_gpu=1),)
