@@ -112,8 +112,14 @@ class Extender:
             return [{"Host": n, "Score": 0} for n in node_names]
         if request.device is None or not node_names:
             return [{"Host": n, "Score": 0} for n in node_names]
-        scores: dict[str, int] = dict(self._service.score(pod, node_names, request=request))
-        return [{"Host": n, "Score": _extender_score(scores.get(n, 0))} for n in node_names]
+        scores: dict[str, int] = {str(n): _extender_score(s) for n, s in self._service.score(pod, node_names, request=request)}
+        # 0..10 is too coarse for the core's scores, and kube-scheduler breaks ties among equal
+        # extender scores with its own plugins (which spread). The node the core would pick
+        # alone gets the top score and the others at most one less, so packing survives.
+        chosen = self._service.choose(pod, node_names, request=request)
+        for n in node_names:
+            scores[n] = MAX_EXTENDER_PRIORITY if n == chosen else min(scores.get(n, 0), MAX_EXTENDER_PRIORITY - 1)
+        return [{"Host": n, "Score": scores[n]} for n in node_names]
 
     def bind(self, args: Mapping[str, Any]) -> JSON:
         name = str(field(args, "PodName") or "")

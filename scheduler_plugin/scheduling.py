@@ -163,6 +163,15 @@ class SchedulingService:
         with self.metrics.timed(Phase.SCORE), self._lock:
             return list(self._core.score(request, [NodeName(n) for n in node_names]))
 
+    def choose(
+        self, pod: Mapping[str, Any], node_names: Sequence[str], *, request: PodRequest | None = None
+    ) -> NodeName | None:
+        """The node among `node_names` the scheduler itself would pick (scores, then its tie-break order)."""
+        self._require_loaded()
+        request = request or self.request(pod)
+        with self.metrics.timed(Phase.SCORE), self._lock:
+            return self._core.select(request, [NodeName(n) for n in node_names])
+
     def reserve(self, pod: Mapping[str, Any], node: str) -> SignedAllocation:
         self._require_leader()
         request = self.request(pod)

@@ -16,10 +16,9 @@ tie-break (which packs). A CPU-heavy pod therefore goes to a CPU-rich node (or o
 already taken), and a GPU-heavy pod to a GPU-dense one. The GPU of a share is chosen as in FGD
 (stranding is a node quantity: equal for every GPU of the node).
 
-rho comes from the target workload's GPU shapes and mu from `TargetWorkload.memory_per_gpu_milli`
-(the simulator measures both on the trace); without a target workload they are learnt from the
-pods the policy sees, re-estimated whenever the number of pods seen doubles (and every 4096 pods),
-so cached scores stay valid in between.
+rho comes from the target workload's GPU shapes and mu from `TargetWorkload.memory_per_gpu_milli`:
+measured on the trace by the simulator, or learnt with the workload from the pods scored
+(`workload_learning.py`) in a live cluster.
 
 The third term is the growth of the node's expected eventual hole waste (`HoleWaste`): what stays
 unused of its partly used GPUs once the workload's pods keep arriving and each goes to the hole it
@@ -39,6 +38,7 @@ sharply arriving pods prefer the holes they fill best, 0 = they take the first h
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -61,8 +61,6 @@ DEFAULT_HOLE_WEIGHT = 15.0
 DEFAULT_FILL_TEMPERATURE = 30.0
 #: frequency of fitting shapes at which a hole is sure to be filled (see `HoleWaste`)
 DEFAULT_FILL_SUPPLY = 0.02
-#: re-estimate learnt ratios at least this often (pods seen)
-_RELEARN_EVERY = 4096
 
 
 def _check_params(params: Mapping[str, float]) -> None:
@@ -74,50 +72,21 @@ def _check_params(params: Mapping[str, float]) -> None:
             raise ValueError(f"policy 'fgpu': {key}={value!r} must be a number >= 0")
 
 
+@dataclass(frozen=True)
 class ResourceRatios:
-    """CPU milli and memory bytes per milli-GPU of the GPU pods: pinned, or learnt from observed demands."""
+    """CPU milli and host-memory bytes the workload's GPU pods ask per milli-GPU (0 = not tracked)."""
 
-    def __init__(self, *, cpu: float | None, memory: float | None) -> None:
-        self.pinned_cpu = cpu
-        self.pinned_memory = memory
-        self.cpu = cpu or 0.0
-        self.memory = memory or 0.0
-        self._seen = 0
-        self._sum_cpu = 0.0
-        self._sum_memory = 0.0
-        self._sum_gpu = 0.0
-        self._next_update = 1
-
-    @property
-    def learning(self) -> bool:
-        return self.pinned_cpu is None or self.pinned_memory is None
-
-    def observe(self, demand: Demand) -> bool:
-        """Counts a demand; True when the ratios changed (cached scores are then stale)."""
-        if not self.learning or not demand.gpus:
-            return False
-        self._seen += 1
-        self._sum_cpu += demand.cpu_milli
-        self._sum_memory += demand.host_memory_bytes
-        self._sum_gpu += share_milli(demand) * demand.gpus
-        if self._seen < self._next_update:
-            return False
-        self._next_update = min(self._seen * 2, self._seen + _RELEARN_EVERY)
-        if self.pinned_cpu is None:
-            self.cpu = self._sum_cpu / self._sum_gpu
-        if self.pinned_memory is None:
-            self.memory = self._sum_memory / self._sum_gpu
-        return True
+    cpu: float
+    memory: float
 
 
-def _ratios_for(workload: TargetWorkload | None, params: Mapping[str, float]) -> ResourceRatios:
+def _ratios_for(workload: TargetWorkload, params: Mapping[str, float]) -> ResourceRatios:
+    """The target workload's ratios, unless the parameters pin them."""
     cpu = params.get("cpu_per_gpu_milli")
     memory = params.get("memory_per_gpu_milli")
-    if workload is not None:
-        cpu = workload.cpu_per_gpu_milli if cpu is None else cpu
-        memory = workload.memory_per_gpu_milli if memory is None else memory
     return ResourceRatios(
-        cpu=None if cpu is None else float(cpu), memory=None if memory is None else float(memory)
+        cpu=workload.cpu_per_gpu_milli if cpu is None else float(cpu),
+        memory=workload.memory_per_gpu_milli if memory is None else float(memory),
     )
 
 
@@ -127,8 +96,7 @@ class FGPUPolicy(FGDPolicy):
     def __init__(self, context: PolicyContext) -> None:
         _check_params(context.params)
         super().__init__(context)
-        given = context.options.get("workload")
-        self.ratios = _ratios_for(given if isinstance(given, TargetWorkload) else None, context.params)
+        self.ratios = _ratios_for(self.index.workload, context.params)
         self.strand_weight = float(context.params.get("strand_weight", DEFAULT_STRAND_WEIGHT))
         self.hole_weight = float(context.params.get("hole_weight", DEFAULT_HOLE_WEIGHT))
         fill_supply = float(context.params.get("fill_supply", DEFAULT_FILL_SUPPLY))
@@ -137,6 +105,7 @@ class FGPUPolicy(FGDPolicy):
 
     def workload_changed(self, workload: TargetWorkload) -> None:
         super().workload_changed(workload)
+        self.ratios = _ratios_for(workload, self.context.params)
         self.holes = HoleWaste(workload, fill_supply=self.holes.fill_supply, temperature=self.holes.temperature)
 
     def stranded(self, idle: FloatArray, cpu_free: FloatArray, memory_free: FloatArray) -> FloatArray:
@@ -147,11 +116,6 @@ class FGPUPolicy(FGDPolicy):
         if self.ratios.memory > 0:
             worst = np.maximum(worst, idle - memory_free / self.ratios.memory)
         return worst
-
-    def score(self, nodes: SlotArray, demand: Demand, fits: BoolMatrix) -> FloatArray:
-        if self.ratios.observe(demand):
-            self._cache.clear()
-        return super().score(nodes, demand, fits)
 
     def deltas(self, rows: SlotArray, demand: Demand, fits: BoolMatrix) -> FloatArray:
         fragment = super().deltas(rows, demand, fits)

@@ -8,7 +8,9 @@ demand it is shown and re-derives the typical shapes the way the simulator does
 (`TargetWorkload.from_counts`: most frequent first, until `coverage` of the pods).
 
 Re-deriving invalidates every cached node score, so it happens on a schedule: after `warmup`
-demands, then whenever the count doubles, then every `relearn_every` demands. From then on the
+demands (default 1: the first pods are placed against what is known of them, since early
+placements shape the packing; waiting 64 pods with the stand-in cost 0.11 points on the Alibaba
+trace), then whenever the count doubles, then every `relearn_every` demands. From then on the
 counts are halved at each re-derivation, so the workload follows a cluster whose mix of pods
 changes (the last ~2 x `relearn_every` demands weigh most).
 
@@ -25,7 +27,7 @@ from scheduler_plugin.core.demand import Demand, share_milli
 from scheduler_plugin.core.fragmentation import PodShape, TargetWorkload
 
 #: demands seen before the first learnt workload replaces the stand-in
-DEFAULT_WARMUP = 64
+DEFAULT_WARMUP = 1
 #: re-derive at least this often once the doubling schedule passes it
 DEFAULT_RELEARN_EVERY = 4096
 #: share of the counted pods the typical shapes cover (FGD's choice)

@@ -51,8 +51,11 @@ def config(
     grpc_listen: str = "",
     extender_listen: str = "",
     lease_s: float = 2.0,
+    policy: str = "",
 ) -> SchedulerConfig:
+    """A scheduler on the API double; `policy` empty keeps the product's default."""
     return SchedulerConfig(
+        **({"policy": policy} if policy else {}),
         state=StateBackend.KUBERNETES,
         kubeconfig=api.kubeconfig_path,
         grpc_listen=grpc_listen,

@@ -30,6 +30,15 @@ def fixture(name: str) -> dict[str, Any]:
 
 @pytest.fixture
 def extender(kube_api: KubeAPIServer, key_file: str) -> Iterator[tuple[SchedulerApp, str]]:
+    yield from _extender(kube_api, key_file)
+
+
+@pytest.fixture
+def binpack_extender(kube_api: KubeAPIServer, key_file: str) -> Iterator[tuple[SchedulerApp, str]]:
+    yield from _extender(kube_api, key_file, policy="binpack")
+
+
+def _extender(kube_api: KubeAPIServer, key_file: str, *, policy: str = "") -> Iterator[tuple[SchedulerApp, str]]:
     cluster.install(kube_api)
     cluster.add_node(kube_api, gpu_node("gpu-h100-0", gpus=8))
     cluster.add_node(kube_api, t4_node("gpu-t4-0", gpus=4))
@@ -38,7 +47,7 @@ def extender(kube_api: KubeAPIServer, key_file: str) -> Iterator[tuple[Scheduler
     )
     kube_api.put_object("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
     cluster.add_pod(kube_api, fixture("pod-share.json"))
-    app = cluster.start(cluster.config(kube_api, key_file, extender_listen="127.0.0.1:0"))
+    app = cluster.start(cluster.config(kube_api, key_file, extender_listen="127.0.0.1:0", policy=policy))
     assert app.extender is not None
     yield app, f"http://127.0.0.1:{app.extender.port}/fgpu"
     app.stop(1.0)
@@ -123,9 +132,9 @@ def test_keys_are_read_case_insensitively_like_go_does(extender: tuple[Scheduler
 
 
 def test_prioritize_answers_a_host_priority_list_from_0_to_10_preferring_the_fuller_node(
-    extender: tuple[SchedulerApp, str], kube_api: KubeAPIServer
+    binpack_extender: tuple[SchedulerApp, str], kube_api: KubeAPIServer
 ) -> None:
-    app, url = extender
+    app, url = binpack_extender
     assert app.service is not None
     app.service.bind(cluster.add_pod(kube_api, share_pod("already", core=50, memory="4Gi")), "gpu-t4-0")
 
@@ -135,6 +144,23 @@ def test_prioritize_answers_a_host_priority_list_from_0_to_10_preferring_the_ful
     scores = {entry["Host"]: entry["Score"] for entry in result}
     assert all(0 <= s <= 10 for s in scores.values())
     assert scores["gpu-t4-0"] > scores["gpu-h100-0"]
+
+
+def test_prioritize_gives_the_node_the_scheduler_would_pick_the_only_top_score(
+    extender: tuple[SchedulerApp, str], kube_api: KubeAPIServer
+) -> None:
+    app, url = extender
+    assert app.service is not None
+    body = fixture("prioritize-nodecachecapable.json")
+    pod = body.get("Pod") or body.get("pod")
+    assert pod is not None
+    expected = app.service.choose(pod, ["gpu-h100-0", "gpu-t4-0"])
+
+    result = post(f"{url}/prioritize", body)
+
+    scores = {entry["Host"]: entry["Score"] for entry in result}
+    assert scores[expected] == 10
+    assert all(score <= 9 for host, score in scores.items() if host != expected)
 
 
 def test_bind_writes_the_signed_allocation_then_binds(extender: tuple[SchedulerApp, str], kube_api: KubeAPIServer) -> None:

@@ -23,8 +23,8 @@ def apps() -> Iterator[list[SchedulerApp]]:
         app.stop(1.0)
 
 
-def _start(api: KubeAPIServer, key_file: str, apps: list[SchedulerApp]) -> SchedulerApp:
-    app = cluster.start(cluster.config(api, key_file))
+def _start(api: KubeAPIServer, key_file: str, apps: list[SchedulerApp], *, policy: str = "") -> SchedulerApp:
+    app = cluster.start(cluster.config(api, key_file, policy=policy))
     apps.append(app)
     return app
 
@@ -48,7 +48,8 @@ def test_restart_rebuilds_the_state_from_devices_and_pod_annotations(kube_api: K
     cluster.install(kube_api)
     cluster.add_node(kube_api, gpu_node("n1", gpus=4))
     cluster.add_node(kube_api, gpu_node("n2", gpus=2))
-    first = _start(kube_api, key_file, apps)
+    # binpack stacks the shares so the 2-GPU pod still fits on n1 (fgpu may spread them).
+    first = _start(kube_api, key_file, apps, policy="binpack")
     assert first.service is not None
     for i, node in enumerate(["n1", "n1", "n2", "n1"]):
         first.service.bind(cluster.add_pod(kube_api, share_pod(f"s{i}", core=40, memory="20Gi")), node)
@@ -58,7 +59,7 @@ def test_restart_rebuilds_the_state_from_devices_and_pod_annotations(kube_api: K
     before = state_of(first.service)
     first.stop(1.0)
 
-    second = _start(kube_api, key_file, apps)
+    second = _start(kube_api, key_file, apps, policy="binpack")
 
     assert second.service is not None
     assert state_of(second.service) == before

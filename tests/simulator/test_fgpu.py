@@ -74,20 +74,20 @@ def test_a_hole_only_a_rare_shape_fits_is_filled_in_proportion_to_that_shape_s_s
     assert scarce.table[ids_scarce[0], 53] == pytest.approx(0.99 * 60 + 0.01 * scarce.table[ids_scarce[0], 37])
 
 
-def test_ratios_are_learnt_from_observed_pods_without_a_workload() -> None:
-    ratios = ResourceRatios(cpu=None, memory=None)
-    demand = Demand(gpus=1, core_percent=50, memory_bytes=None, memory_ratio_percent=50, whole=False, cpu_milli=5000, host_memory_bytes=10_000)
-    assert ratios.observe(demand)
-    assert ratios.cpu == pytest.approx(10.0) and ratios.memory == pytest.approx(20.0)
-    assert ratios.observe(demand)  # the 2nd pod doubles the count: re-estimated
-    assert not ratios.observe(demand)  # the 3rd does not
+def test_pinned_ratios_override_the_workload_s() -> None:
+    pinned = {"cpu_per_gpu_milli": 2.5, "memory_per_gpu_milli": 0.0}
+    policy = make_policy("fgpu", context=PolicyContext(state=ClusterState(), params=pinned, options={"workload": WORKLOAD}))
+    assert isinstance(policy, FGPUPolicy)
+    assert policy.ratios == ResourceRatios(cpu=2.5, memory=0.0)
 
 
-def test_pinned_ratios_are_not_relearnt() -> None:
-    ratios = ResourceRatios(cpu=4.0, memory=0.0)
-    demand = Demand(gpus=1, core_percent=50, memory_bytes=None, memory_ratio_percent=50, whole=False, cpu_milli=5000)
-    assert not ratios.observe(demand)
-    assert ratios.cpu == 4.0
+def test_without_a_workload_the_ratios_come_with_the_learnt_one() -> None:
+    policy = make_policy("fgpu", context=PolicyContext(state=ClusterState()))
+    assert isinstance(policy, FGPUPolicy)
+    assert policy.ratios.cpu == 0  # the stand-in asks no CPU: nothing is stranded yet
+    learnt = TargetWorkload(shapes=(PodShape(cpu_milli=5000, gpu_milli=500, num_gpu=1),), weights=(1.0,), memory_per_gpu_milli=20.0)
+    policy.workload_changed(learnt)
+    assert policy.ratios == ResourceRatios(cpu=10.0, memory=20.0)
 
 
 def test_fgpu_rejects_unknown_parameters() -> None:

@@ -130,3 +130,13 @@ def test_a_gpu_level_policy_of_its_own_learns_from_the_shares_it_places() -> Non
     gpu_policy = core.gpu_policy
     assert isinstance(gpu_policy, FGPUPolicy)
     assert gpu_policy.index.workload.shapes == (PodShape(cpu_milli=2000, gpu_milli=320, num_gpu=1),)
+
+
+def test_fgpu_strands_by_the_cpu_ratio_of_the_pods_it_learnt() -> None:
+    nodes = [node(f"n{i}", gpus=8, cpu=256000, memory_mib=1 << 20) for i in range(4)]
+    core = build_scheduler(nodes, policy="fgpu", seed=0, workload=None)
+    for i in range(64):
+        assert place(core, pod(f"p{i}", milli=500, cpu=6000)) is not None
+    policy = core.node_policy
+    assert isinstance(policy, FGPUPolicy)
+    assert policy.ratios.cpu == pytest.approx(12.0)  # 6000 CPU milli per 500 milli-GPU
