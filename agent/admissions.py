@@ -7,8 +7,8 @@ per-pod check. The ledger remembers every admitted pod's shares so the hook
 can refuse the one that overcommits.
 
 Fed by PreCreateContainer admissions, released by PostStopPodSandbox (and,
-with a Kubernetes client, by `agent.admissionsweep` for pods whose
-PostStopPodSandbox never arrived; hence each entry's admission time).
+with a Kubernetes client or a CRI endpoint, by `agent.admissionsweep` for
+pods whose PostStopPodSandbox never arrived; hence each entry's admission time).
 Recording a pod UID again replaces its entry, so restarts and several
 containers of one pod never count twice. The ledger lives in memory: after an
 agent restart it starts empty, which only lets the next admissions through

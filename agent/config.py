@@ -10,6 +10,7 @@
     reportResync: 30s
     admissionSweep: 60s
     admissionSweepGrace: 2m
+    runtimeEndpoint: unix:///run/containerd/containerd.sock   # sweep source without Kubernetes
     healthQuietPeriod: 5m
     applicationXids: [13, 31, 43, 45, 68, 109]
     advertiseNvidiaGPU: false
@@ -57,10 +58,12 @@ class AgentConfig:
     poll_interval_s: float = 1.0
     discovery_interval_s: float = 60.0
     report_resync_s: float = 30.0
-    #: How often, with Kubernetes, admitted pods that are gone or finished are released.
+    #: How often admitted pods that are gone or finished are released (needs Kubernetes or runtime_endpoint).
     admission_sweep_s: float = 60.0
     #: Entries younger than this are never swept: the API may not list a just-admitted pod yet.
     admission_sweep_grace_s: float = 120.0
+    #: The container runtime's CRI socket; without Kubernetes, the sweep lists its pod sandboxes.
+    runtime_endpoint: str = ""
     health_quiet_period_s: float = 300.0
     application_xids: frozenset[int] = DEFAULT_APPLICATION_XIDS
     advertise_nvidia_gpu: bool = False
@@ -88,6 +91,7 @@ _KEYS: dict[str, str] = {
     "reportResync": "report_resync_s",
     "admissionSweep": "admission_sweep_s",
     "admissionSweepGrace": "admission_sweep_grace_s",
+    "runtimeEndpoint": "runtime_endpoint",
     "healthQuietPeriod": "health_quiet_period_s",
     "applicationXids": "application_xids",
     "advertiseNvidiaGPU": "advertise_nvidia_gpu",
@@ -161,6 +165,15 @@ def validate(config: AgentConfig, *, source: str) -> None:
             parse_address(config.scheduler, field="scheduler")
     except AddressError as err:
         raise ConfigError(f"{source}: {err}") from err
+    if config.runtime_endpoint:
+        try:
+            parse_address(config.runtime_endpoint, field="runtimeEndpoint")
+        except AddressError:
+            raise ConfigError(
+                f"{source}: runtimeEndpoint={config.runtime_endpoint!r} is not a CRI endpoint; write the runtime's "
+                "socket as kubelet's --container-runtime-endpoint, e.g. unix:///run/containerd/containerd.sock, "
+                "or leave it empty"
+            ) from None
     if config.metrics_listen:
         _host, sep, port = config.metrics_listen.rpartition(":")
         if not sep or not port.isdigit():

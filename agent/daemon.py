@@ -4,6 +4,7 @@
     XidWatcher ─┘       │
                         ├──► ReportLoop("kubernetes") ─► KubeReporter
                         └──► ReportLoop("scheduler")  ─► SchedulerReporter
+    AdmissionLedger ◄── ReportLoop("admission-sweep") ◄─ KubePods | RuntimePods (CRI)
 
 Nothing here decides anything: the decisions live in `agent.health`,
 `agent.hook` and `agent.reporting`.
@@ -20,10 +21,11 @@ from typing import Any
 from prometheus_client import start_http_server
 
 from agent.admissions import AdmissionLedger
-from agent.admissionsweep import AdmissionSweeper
+from agent.admissionsweep import AdmissionSweeper, PodSource
 from agent.cgroups import PidResolver
 from agent.checkpoint import CheckpointReader
 from agent.config import AgentConfig
+from agent.criclient import RuntimeClient
 from agent.health import HealthTracker
 from agent.hook import HookSettings
 from agent.hookserver import GPUHookServicer, HookServer
@@ -33,6 +35,7 @@ from agent.nodestate import NodeState
 from agent.nvmlapi import NVML
 from agent.nvmlworker import NVMLWorker
 from agent.pcitopology import PciTopologySource
+from agent.podsources import KubePods, RuntimePods
 from agent.reporter import KubeReporter
 from agent.reportloop import ReportLoop
 from agent.schedclient import SchedulerReporter
@@ -105,14 +108,23 @@ class Agent:
         self.kube_reporter: KubeReporter | None = None
         #: Not in `loops`: device changes say nothing about pods, so they do not poke it.
         self.sweep_loop: ReportLoop | None = None
+        self._runtime: RuntimeClient | None = None
+        pods: PodSource | None = None
         if kube is not None:
+            pods = KubePods(kube, node_name=node_name)
+            if config.runtime_endpoint:
+                log.info("admission sweep lists pods from the Kubernetes API; runtimeEndpoint is not used")
+        elif config.runtime_endpoint:
+            self._runtime = RuntimeClient(config.runtime_endpoint)
+            pods = RuntimePods(self._runtime, node_name=node_name)
+        if pods is not None:
             sweeper = AdmissionSweeper(
-                kube, node_name=node_name, ledger=self.ledger, metrics=self.metrics,
-                grace_s=config.admission_sweep_grace_s, clock=clock,
+                pods, ledger=self.ledger, metrics=self.metrics, grace_s=config.admission_sweep_grace_s, clock=clock
             )
             self.sweep_loop = ReportLoop(
                 target="admission-sweep", report=sweeper.sweep, resync_s=config.admission_sweep_s, metrics=self.metrics
             )
+        if kube is not None:
             reporter = KubeReporter(kube, node_name=node_name, advertise_nvidia_gpu=config.advertise_nvidia_gpu)
             self.kube_reporter = reporter
             self.loops.append(
@@ -167,6 +179,8 @@ class Agent:
             self._scheduler.close()
         if self._kube is not None:
             self._kube.close()
+        if self._runtime is not None:
+            self._runtime.close()
 
     @property
     def metrics_port(self) -> int:

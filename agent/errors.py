@@ -21,3 +21,7 @@ class KubeAPIError(AgentError):
 
 class SchedulerUnavailable(AgentError):
     """The scheduler service did not take a ReportDevices call."""
+
+
+class RuntimeUnavailable(AgentError):
+    """The container runtime's CRI endpoint did not answer a call."""

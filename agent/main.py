@@ -2,7 +2,8 @@
 
     fgpu-agent [--config FILE] [--node-name NAME] [--kubeconfig FILE] [--hook-listen unix:///PATH]
                [--isolation hami-core|mps|none] [--fake-nvml INVENTORY.yaml] [--signing-key FILE]
-               [--scheduler ADDRESS] [--no-kubernetes] [--metrics-listen HOST:PORT]
+               [--scheduler ADDRESS] [--no-kubernetes] [--runtime-endpoint unix:///PATH]
+               [--metrics-listen HOST:PORT]
                [--once [--print device|node]]
 
 `--once --print device` prints the Device object the agent would write, as
@@ -54,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fake-nvml", metavar="INVENTORY.yaml", help="use the fake NVML driven by this inventory")
     p.add_argument("--signing-key", help="cluster key that allocation signatures are checked with")
     p.add_argument("--scheduler", help="also send ReportDevices to the scheduler service at this address")
+    p.add_argument(
+        "--runtime-endpoint",
+        help="container runtime CRI socket, e.g. unix:///run/containerd/containerd.sock; "
+        "without Kubernetes, the admission sweep lists its pod sandboxes",
+    )
     p.add_argument("--metrics-listen", help="Prometheus endpoint HOST:PORT (empty string disables it)")
     p.add_argument("--once", action="store_true", help="discover once, report (or print) and exit")
     p.add_argument("--print", dest="print_what", choices=["device", "node"], help="with --once: print instead of writing")
@@ -73,6 +79,7 @@ def load_settings(args: argparse.Namespace) -> AgentConfig:
         signing_key=args.signing_key,
         scheduler=args.scheduler,
         metrics_listen=args.metrics_listen,
+        runtime_endpoint=args.runtime_endpoint,
         report_to_kubernetes=False if args.no_kubernetes else None,
     )
     if args.print_what and not args.once:

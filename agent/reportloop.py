@@ -1,9 +1,9 @@
 """A background loop that runs one report pass on change or every resync period, retrying with backoff.
 
-The agent never exits because a peer (the API server, the scheduler) is
-down or slow: a failed pass is retried with jittered exponential backoff
-(tenacity) until it succeeds or the agent stops, and the next pass reads the
-devices afresh, so what is reported once the peer is back is current.
+The agent never exits because a peer (the API server, the scheduler, the
+container runtime) is down or slow: a failed pass is retried with jittered
+exponential backoff (tenacity) until it succeeds or the agent stops, and the
+next pass reads the devices afresh, so what is reported once the peer is back is current.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from collections.abc import Callable
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, stop_when_event_set
 from tenacity import wait_exponential_jitter as backoff
 
-from agent.errors import KubeAPIError, SchedulerUnavailable
+from agent.errors import KubeAPIError, RuntimeUnavailable, SchedulerUnavailable
 from agent.metrics import AgentMetrics
 
 log = logging.getLogger(__name__)
 
-RETRIED = (KubeAPIError, SchedulerUnavailable)
+RETRIED = (KubeAPIError, RuntimeUnavailable, SchedulerUnavailable)
 
 
 class ReportLoop:

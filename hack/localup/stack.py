@@ -227,6 +227,9 @@ class Stack:
                 "--db", p.at("scheduler.db"),
                 "--grpc-listen", self.scheduler_address,
                 "--signing-key", p.signing_key,
+                # A handful of demo pods teaches fgpu's workload learner nothing; binpack's
+                # placements are the predictable ones the demo table explains.
+                "--policy", "binpack",
             ],
         )
         scheduler.wait_until(lambda: grpc_serving(self.scheduler_address), what="gRPC health SERVING")
@@ -243,6 +246,8 @@ class Stack:
                 "--isolation", self.settings.isolation,
                 "--signing-key", p.signing_key,
                 "--scheduler", self.scheduler_address,
+                # No Kubernetes here: the admission sweep asks containerd which pods still exist.
+                "--runtime-endpoint", self.containerd.address,
                 "--metrics-listen", "",
             ],
         )

@@ -20,6 +20,7 @@ from agent.inventory import load_inventory
 from agent.kube import Kube
 from agent.metrics import AgentMetrics
 from agent.pcitopology import InventoryTopology
+from agent.podsources import KubePods
 from tests.agent.helpers import T4
 from tests.kubeapi import KubeAPIServer
 
@@ -74,7 +75,9 @@ def metrics() -> AgentMetrics:
 
 @pytest.fixture
 def sweeper(kube: Kube, ledger: AdmissionLedger, metrics: AgentMetrics, clock: Clock) -> AdmissionSweeper:
-    return AdmissionSweeper(kube, node_name=NODE, ledger=ledger, metrics=metrics, grace_s=GRACE, clock=clock)
+    return AdmissionSweeper(
+        KubePods(kube, node_name=NODE), ledger=ledger, metrics=metrics, grace_s=GRACE, clock=clock
+    )
 
 
 def _admit(ledger: AdmissionLedger, uid: str) -> None:

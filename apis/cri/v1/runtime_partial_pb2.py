@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63ri/v1/runtime_partial.proto\x12\x0b\x66gpu.cri.v1\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"\x91\x01\n\x05Mount\x12\x16\n\x0e\x63ontainer_path\x18\x01 \x01(\t\x12\x11\n\thost_path\x18\x02 \x01(\t\x12\x10\n\x08readonly\x18\x03 \x01(\x08\x12\x17\n\x0fselinux_relabel\x18\x04 \x01(\x08\x12\x32\n\x0bpropagation\x18\x05 \x01(\x0e\x32\x1d.fgpu.cri.v1.MountPropagation\"H\n\x06\x44\x65vice\x12\x16\n\x0e\x63ontainer_path\x18\x01 \x01(\t\x12\x11\n\thost_path\x18\x02 \x01(\t\x12\x13\n\x0bpermissions\x18\x03 \x01(\t\"\x19\n\tCDIDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xcc\x02\n\x17LinuxContainerResources\x12\x12\n\ncpu_period\x18\x01 \x01(\x03\x12\x11\n\tcpu_quota\x18\x02 \x01(\x03\x12\x12\n\ncpu_shares\x18\x03 \x01(\x03\x12\x1d\n\x15memory_limit_in_bytes\x18\x04 \x01(\x03\x12\x15\n\room_score_adj\x18\x05 \x01(\x03\x12\x13\n\x0b\x63puset_cpus\x18\x06 \x01(\t\x12\x13\n\x0b\x63puset_mems\x18\x07 \x01(\t\x12\x42\n\x07unified\x18\t \x03(\x0b\x32\x31.fgpu.cri.v1.LinuxContainerResources.UnifiedEntry\x12\"\n\x1amemory_swap_limit_in_bytes\x18\n \x01(\x03\x1a.\n\x0cUnifiedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1a\n\tImageSpec\x12\r\n\x05image\x18\x01 \x01(\t\"S\n\x12PodSandboxMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03uid\x18\x02 \x01(\t\x12\x11\n\tnamespace\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\r\"g\n\x15LinuxPodSandboxConfig\x12\x15\n\rcgroup_parent\x18\x01 \x01(\t\x12\x37\n\tresources\x18\x05 \x01(\x0b\x32$.fgpu.cri.v1.LinuxContainerResources\"\xdb\x02\n\x10PodSandboxConfig\x12\x31\n\x08metadata\x18\x01 \x01(\x0b\x32\x1f.fgpu.cri.v1.PodSandboxMetadata\x12\x39\n\x06labels\x18\x06 \x03(\x0b\x32).fgpu.cri.v1.PodSandboxConfig.LabelsEntry\x12\x43\n\x0b\x61nnotations\x18\x07 \x03(\x0b\x32..fgpu.cri.v1.PodSandboxConfig.AnnotationsEntry\x12\x31\n\x05linux\x18\x08 \x01(\x0b\x32\".fgpu.cri.v1.LinuxPodSandboxConfig\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"^\n\x14RunPodSandboxRequest\x12-\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1d.fgpu.cri.v1.PodSandboxConfig\x12\x17\n\x0fruntime_handler\x18\x02 \x01(\t\"/\n\x15RunPodSandboxResponse\x12\x16\n\x0epod_sandbox_id\x18\x01 \x01(\t\"/\n\x15StopPodSandboxRequest\x12\x16\n\x0epod_sandbox_id\x18\x01 \x01(\t\"1\n\x17RemovePodSandboxRequest\x12\x16\n\x0epod_sandbox_id\x18\x01 \x01(\t\"B\n\x17PodSandboxStatusRequest\x12\x16\n\x0epod_sandbox_id\x18\x01 \x01(\t\x12\x0f\n\x07verbose\x18\x02 \x01(\x08\"\xcd\x02\n\x10PodSandboxStatus\x12\n\n\x02id\x18\x01 \x01(\t\x12\x31\n\x08metadata\x18\x02 \x01(\x0b\x32\x1f.fgpu.cri.v1.PodSandboxMetadata\x12\x39\n\x06labels\x18\x07 \x03(\x0b\x32).fgpu.cri.v1.PodSandboxStatus.LabelsEntry\x12\x43\n\x0b\x61nnotations\x18\x08 \x03(\x0b\x32..fgpu.cri.v1.PodSandboxStatus.AnnotationsEntry\x12\x17\n\x0fruntime_handler\x18\t \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"I\n\x18PodSandboxStatusResponse\x12-\n\x06status\x18\x01 \x01(\x0b\x32\x1d.fgpu.cri.v1.PodSandboxStatus\"2\n\x11\x43ontainerMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\"O\n\x14LinuxContainerConfig\x12\x37\n\tresources\x18\x01 \x01(\x0b\x32$.fgpu.cri.v1.LinuxContainerResources\"\x99\x04\n\x0f\x43ontainerConfig\x12\x30\n\x08metadata\x18\x01 \x01(\x0b\x32\x1e.fgpu.cri.v1.ContainerMetadata\x12%\n\x05image\x18\x02 \x01(\x0b\x32\x16.fgpu.cri.v1.ImageSpec\x12#\n\x04\x65nvs\x18\x06 \x03(\x0b\x32\x15.fgpu.cri.v1.KeyValue\x12\"\n\x06mounts\x18\x07 \x03(\x0b\x32\x12.fgpu.cri.v1.Mount\x12$\n\x07\x64\x65vices\x18\x08 \x03(\x0b\x32\x13.fgpu.cri.v1.Device\x12\x38\n\x06labels\x18\t \x03(\x0b\x32(.fgpu.cri.v1.ContainerConfig.LabelsEntry\x12\x42\n\x0b\x61nnotations\x18\n \x03(\x0b\x32-.fgpu.cri.v1.ContainerConfig.AnnotationsEntry\x12\x30\n\x05linux\x18\x0f \x01(\x0b\x32!.fgpu.cri.v1.LinuxContainerConfig\x12+\n\x0b\x43\x44I_devices\x18\x11 \x03(\x0b\x32\x16.fgpu.cri.v1.CDIDevice\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x95\x01\n\x16\x43reateContainerRequest\x12\x16\n\x0epod_sandbox_id\x18\x01 \x01(\t\x12,\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1c.fgpu.cri.v1.ContainerConfig\x12\x35\n\x0esandbox_config\x18\x03 \x01(\x0b\x32\x1d.fgpu.cri.v1.PodSandboxConfig\"/\n\x17\x43reateContainerResponse\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\"-\n\x15StartContainerRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\",\n\x14StopContainerRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\".\n\x16RemoveContainerRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\"\xf4\x01\n\x1fUpdateContainerResourcesRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x33\n\x05linux\x18\x02 \x01(\x0b\x32$.fgpu.cri.v1.LinuxContainerResources\x12R\n\x0b\x61nnotations\x18\x04 \x03(\x0b\x32=.fgpu.cri.v1.UpdateContainerResourcesRequest.AnnotationsEntry\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1d\n\x0f\x43ontainerFilter\x12\n\n\x02id\x18\x01 \x01(\t\"E\n\x15ListContainersRequest\x12,\n\x06\x66ilter\x18\x01 \x01(\x0b\x32\x1c.fgpu.cri.v1.ContainerFilter\"\xdd\x02\n\tContainer\x12\n\n\x02id\x18\x01 \x01(\t\x12\x16\n\x0epod_sandbox_id\x18\x02 \x01(\t\x12\x30\n\x08metadata\x18\x03 \x01(\x0b\x32\x1e.fgpu.cri.v1.ContainerMetadata\x12%\n\x05image\x18\x04 \x01(\x0b\x32\x16.fgpu.cri.v1.ImageSpec\x12\x32\n\x06labels\x18\x08 \x03(\x0b\x32\".fgpu.cri.v1.Container.LabelsEntry\x12<\n\x0b\x61nnotations\x18\t \x03(\x0b\x32\'.fgpu.cri.v1.Container.AnnotationsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"D\n\x16ListContainersResponse\x12*\n\ncontainers\x18\x01 \x03(\x0b\x32\x16.fgpu.cri.v1.Container*m\n\x10MountPropagation\x12\x17\n\x13PROPAGATION_PRIVATE\x10\x00\x12!\n\x1dPROPAGATION_HOST_TO_CONTAINER\x10\x01\x12\x1d\n\x19PROPAGATION_BIDIRECTIONAL\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63ri/v1/runtime_partial.proto\x12\x0b\x66gpu.cri.v1\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"\x91\x01\n\x05Mount\x12\x16\n\x0e\x63ontainer_path\x18\x01 \x01(\t\x12\x11\n\thost_path\x18\x02 \x01(\t\x12\x10\n\x08readonly\x18\x03 \x01(\x08\x12\x17\n\x0fselinux_relabel\x18\x04 \x01(\x08\x12\x32\n\x0bpropagation\x18\x05 \x01(\x0e\x32\x1d.fgpu.cri.v1.MountPropagation\"H\n\x06\x44\x65vice\x12\x16\n\x0e\x63ontainer_path\x18\x01 \x01(\t\x12\x11\n\thost_path\x18\x02 \x01(\t\x12\x13\n\x0bpermissions\x18\x03 \x01(\t\"\x19\n\tCDIDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xcc\x02\n\x17LinuxContainerResources\x12\x12\n\ncpu_period\x18\x01 \x01(\x03\x12\x11\n\tcpu_quota\x18\x02 \x01(\x03\x12\x12\n\ncpu_shares\x18\x03 \x01(\x03\x12\x1d\n\x15memory_limit_in_bytes\x18\x04 \x01(\x03\x12\x15\n\room_score_adj\x18\x05 \x01(\x03\x12\x13\n\x0b\x63puset_cpus\x18\x06 \x01(\t\x12\x13\n\x0b\x63puset_mems\x18\x07 \x01(\t\x12\x42\n\x07unified\x18\t \x03(\x0b\x32\x31.fgpu.cri.v1.LinuxContainerResources.UnifiedEntry\x12\"\n\x1amemory_swap_limit_in_bytes\x18\n \x01(\x03\x1a.\n\x0cUnifiedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1a\n\tImageSpec\x12\r\n\x05image\x18\x01 \x01(\t\"S\n\x12PodSandboxMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03uid\x18\x02 \x01(\t\x12\x11\n\tnamespace\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\r\"g\n\x15LinuxPodSandboxConfig\x12\x15\n\rcgroup_parent\x18\x01 \x01(\t\x12\x37\n\tresources\x18\x05 \x01(\x0b\x32$.fgpu.cri.v1.LinuxContainerResources\"\xdb\x02\n\x10PodSandboxConfig\x12\x31\n\x08metadata\x18\x01 \x01(\x0b\x32\x1f.fgpu.cri.v1.PodSandboxMetadata\x12\x39\n\x06labels\x18\x06 \x03(\x0b\x32).fgpu.cri.v1.PodSandboxConfig.LabelsEntry\x12\x43\n\x0b\x61nnotations\x18\x07 \x03(\x0b\x32..fgpu.cri.v1.PodSandboxConfig.AnnotationsEntry\x12\x31\n\x05linux\x18\x08 \x01(\x0b\x32\".fgpu.cri.v1.LinuxPodSandboxConfig\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"^\n\x14RunPodSandboxRequest\x12-\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1d.fgpu.cri.v1.PodSandboxConfig\x12\x17\n\x0fruntime_handler\x18\x02 \x01(\t\"/\n\x15RunPodSandboxResponse\x12\x16\n\x0epod_sandbox_id\x18\x01 \x01(\t\"/\n\x15StopPodSandboxRequest\x12\x16\n\x0epod_sandbox_id\x18\x01 \x01(\t\"1\n\x17RemovePodSandboxRequest\x12\x16\n\x0epod_sandbox_id\x18\x01 \x01(\t\"B\n\x17PodSandboxStatusRequest\x12\x16\n\x0epod_sandbox_id\x18\x01 \x01(\t\x12\x0f\n\x07verbose\x18\x02 \x01(\x08\"\xcd\x02\n\x10PodSandboxStatus\x12\n\n\x02id\x18\x01 \x01(\t\x12\x31\n\x08metadata\x18\x02 \x01(\x0b\x32\x1f.fgpu.cri.v1.PodSandboxMetadata\x12\x39\n\x06labels\x18\x07 \x03(\x0b\x32).fgpu.cri.v1.PodSandboxStatus.LabelsEntry\x12\x43\n\x0b\x61nnotations\x18\x08 \x03(\x0b\x32..fgpu.cri.v1.PodSandboxStatus.AnnotationsEntry\x12\x17\n\x0fruntime_handler\x18\t \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"I\n\x18PodSandboxStatusResponse\x12-\n\x06status\x18\x01 \x01(\x0b\x32\x1d.fgpu.cri.v1.PodSandboxStatus\"C\n\x14PodSandboxStateValue\x12+\n\x05state\x18\x01 \x01(\x0e\x32\x1c.fgpu.cri.v1.PodSandboxState\"\xd0\x01\n\x10PodSandboxFilter\x12\n\n\x02id\x18\x01 \x01(\t\x12\x30\n\x05state\x18\x02 \x01(\x0b\x32!.fgpu.cri.v1.PodSandboxStateValue\x12H\n\x0elabel_selector\x18\x03 \x03(\x0b\x32\x30.fgpu.cri.v1.PodSandboxFilter.LabelSelectorEntry\x1a\x34\n\x12LabelSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"F\n\x15ListPodSandboxRequest\x12-\n\x06\x66ilter\x18\x01 \x01(\x0b\x32\x1d.fgpu.cri.v1.PodSandboxFilter\"\xfc\x02\n\nPodSandbox\x12\n\n\x02id\x18\x01 \x01(\t\x12\x31\n\x08metadata\x18\x02 \x01(\x0b\x32\x1f.fgpu.cri.v1.PodSandboxMetadata\x12+\n\x05state\x18\x03 \x01(\x0e\x32\x1c.fgpu.cri.v1.PodSandboxState\x12\x12\n\ncreated_at\x18\x04 \x01(\x03\x12\x33\n\x06labels\x18\x05 \x03(\x0b\x32#.fgpu.cri.v1.PodSandbox.LabelsEntry\x12=\n\x0b\x61nnotations\x18\x06 \x03(\x0b\x32(.fgpu.cri.v1.PodSandbox.AnnotationsEntry\x12\x17\n\x0fruntime_handler\x18\x07 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"@\n\x16ListPodSandboxResponse\x12&\n\x05items\x18\x01 \x03(\x0b\x32\x17.fgpu.cri.v1.PodSandbox\"2\n\x11\x43ontainerMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\"O\n\x14LinuxContainerConfig\x12\x37\n\tresources\x18\x01 \x01(\x0b\x32$.fgpu.cri.v1.LinuxContainerResources\"\x99\x04\n\x0f\x43ontainerConfig\x12\x30\n\x08metadata\x18\x01 \x01(\x0b\x32\x1e.fgpu.cri.v1.ContainerMetadata\x12%\n\x05image\x18\x02 \x01(\x0b\x32\x16.fgpu.cri.v1.ImageSpec\x12#\n\x04\x65nvs\x18\x06 \x03(\x0b\x32\x15.fgpu.cri.v1.KeyValue\x12\"\n\x06mounts\x18\x07 \x03(\x0b\x32\x12.fgpu.cri.v1.Mount\x12$\n\x07\x64\x65vices\x18\x08 \x03(\x0b\x32\x13.fgpu.cri.v1.Device\x12\x38\n\x06labels\x18\t \x03(\x0b\x32(.fgpu.cri.v1.ContainerConfig.LabelsEntry\x12\x42\n\x0b\x61nnotations\x18\n \x03(\x0b\x32-.fgpu.cri.v1.ContainerConfig.AnnotationsEntry\x12\x30\n\x05linux\x18\x0f \x01(\x0b\x32!.fgpu.cri.v1.LinuxContainerConfig\x12+\n\x0b\x43\x44I_devices\x18\x11 \x03(\x0b\x32\x16.fgpu.cri.v1.CDIDevice\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x95\x01\n\x16\x43reateContainerRequest\x12\x16\n\x0epod_sandbox_id\x18\x01 \x01(\t\x12,\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1c.fgpu.cri.v1.ContainerConfig\x12\x35\n\x0esandbox_config\x18\x03 \x01(\x0b\x32\x1d.fgpu.cri.v1.PodSandboxConfig\"/\n\x17\x43reateContainerResponse\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\"-\n\x15StartContainerRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\",\n\x14StopContainerRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\".\n\x16RemoveContainerRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\"\xf4\x01\n\x1fUpdateContainerResourcesRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x33\n\x05linux\x18\x02 \x01(\x0b\x32$.fgpu.cri.v1.LinuxContainerResources\x12R\n\x0b\x61nnotations\x18\x04 \x03(\x0b\x32=.fgpu.cri.v1.UpdateContainerResourcesRequest.AnnotationsEntry\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1d\n\x0f\x43ontainerFilter\x12\n\n\x02id\x18\x01 \x01(\t\"E\n\x15ListContainersRequest\x12,\n\x06\x66ilter\x18\x01 \x01(\x0b\x32\x1c.fgpu.cri.v1.ContainerFilter\"\xdd\x02\n\tContainer\x12\n\n\x02id\x18\x01 \x01(\t\x12\x16\n\x0epod_sandbox_id\x18\x02 \x01(\t\x12\x30\n\x08metadata\x18\x03 \x01(\x0b\x32\x1e.fgpu.cri.v1.ContainerMetadata\x12%\n\x05image\x18\x04 \x01(\x0b\x32\x16.fgpu.cri.v1.ImageSpec\x12\x32\n\x06labels\x18\x08 \x03(\x0b\x32\".fgpu.cri.v1.Container.LabelsEntry\x12<\n\x0b\x61nnotations\x18\t \x03(\x0b\x32\'.fgpu.cri.v1.Container.AnnotationsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"D\n\x16ListContainersResponse\x12*\n\ncontainers\x18\x01 \x03(\x0b\x32\x16.fgpu.cri.v1.Container*m\n\x10MountPropagation\x12\x17\n\x13PROPAGATION_PRIVATE\x10\x00\x12!\n\x1dPROPAGATION_HOST_TO_CONTAINER\x10\x01\x12\x1d\n\x19PROPAGATION_BIDIRECTIONAL\x10\x02*:\n\x0fPodSandboxState\x12\x11\n\rSANDBOX_READY\x10\x00\x12\x14\n\x10SANDBOX_NOTREADY\x10\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,6 +41,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PODSANDBOXSTATUS_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_PODSANDBOXSTATUS_ANNOTATIONSENTRY']._loaded_options = None
   _globals['_PODSANDBOXSTATUS_ANNOTATIONSENTRY']._serialized_options = b'8\001'
+  _globals['_PODSANDBOXFILTER_LABELSELECTORENTRY']._loaded_options = None
+  _globals['_PODSANDBOXFILTER_LABELSELECTORENTRY']._serialized_options = b'8\001'
+  _globals['_PODSANDBOX_LABELSENTRY']._loaded_options = None
+  _globals['_PODSANDBOX_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_PODSANDBOX_ANNOTATIONSENTRY']._loaded_options = None
+  _globals['_PODSANDBOX_ANNOTATIONSENTRY']._serialized_options = b'8\001'
   _globals['_CONTAINERCONFIG_LABELSENTRY']._loaded_options = None
   _globals['_CONTAINERCONFIG_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_CONTAINERCONFIG_ANNOTATIONSENTRY']._loaded_options = None
@@ -51,8 +57,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CONTAINER_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_CONTAINER_ANNOTATIONSENTRY']._loaded_options = None
   _globals['_CONTAINER_ANNOTATIONSENTRY']._serialized_options = b'8\001'
-  _globals['_MOUNTPROPAGATION']._serialized_start=3747
-  _globals['_MOUNTPROPAGATION']._serialized_end=3856
+  _globals['_MOUNTPROPAGATION']._serialized_start=4548
+  _globals['_MOUNTPROPAGATION']._serialized_end=4657
+  _globals['_PODSANDBOXSTATE']._serialized_start=4659
+  _globals['_PODSANDBOXSTATE']._serialized_end=4717
   _globals['_KEYVALUE']._serialized_start=45
   _globals['_KEYVALUE']._serialized_end=83
   _globals['_MOUNT']._serialized_start=86
@@ -95,40 +103,56 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PODSANDBOXSTATUS_ANNOTATIONSENTRY']._serialized_end=1235
   _globals['_PODSANDBOXSTATUSRESPONSE']._serialized_start=1886
   _globals['_PODSANDBOXSTATUSRESPONSE']._serialized_end=1959
-  _globals['_CONTAINERMETADATA']._serialized_start=1961
-  _globals['_CONTAINERMETADATA']._serialized_end=2011
-  _globals['_LINUXCONTAINERCONFIG']._serialized_start=2013
-  _globals['_LINUXCONTAINERCONFIG']._serialized_end=2092
-  _globals['_CONTAINERCONFIG']._serialized_start=2095
-  _globals['_CONTAINERCONFIG']._serialized_end=2632
+  _globals['_PODSANDBOXSTATEVALUE']._serialized_start=1961
+  _globals['_PODSANDBOXSTATEVALUE']._serialized_end=2028
+  _globals['_PODSANDBOXFILTER']._serialized_start=2031
+  _globals['_PODSANDBOXFILTER']._serialized_end=2239
+  _globals['_PODSANDBOXFILTER_LABELSELECTORENTRY']._serialized_start=2187
+  _globals['_PODSANDBOXFILTER_LABELSELECTORENTRY']._serialized_end=2239
+  _globals['_LISTPODSANDBOXREQUEST']._serialized_start=2241
+  _globals['_LISTPODSANDBOXREQUEST']._serialized_end=2311
+  _globals['_PODSANDBOX']._serialized_start=2314
+  _globals['_PODSANDBOX']._serialized_end=2694
+  _globals['_PODSANDBOX_LABELSENTRY']._serialized_start=1138
+  _globals['_PODSANDBOX_LABELSENTRY']._serialized_end=1183
+  _globals['_PODSANDBOX_ANNOTATIONSENTRY']._serialized_start=1185
+  _globals['_PODSANDBOX_ANNOTATIONSENTRY']._serialized_end=1235
+  _globals['_LISTPODSANDBOXRESPONSE']._serialized_start=2696
+  _globals['_LISTPODSANDBOXRESPONSE']._serialized_end=2760
+  _globals['_CONTAINERMETADATA']._serialized_start=2762
+  _globals['_CONTAINERMETADATA']._serialized_end=2812
+  _globals['_LINUXCONTAINERCONFIG']._serialized_start=2814
+  _globals['_LINUXCONTAINERCONFIG']._serialized_end=2893
+  _globals['_CONTAINERCONFIG']._serialized_start=2896
+  _globals['_CONTAINERCONFIG']._serialized_end=3433
   _globals['_CONTAINERCONFIG_LABELSENTRY']._serialized_start=1138
   _globals['_CONTAINERCONFIG_LABELSENTRY']._serialized_end=1183
   _globals['_CONTAINERCONFIG_ANNOTATIONSENTRY']._serialized_start=1185
   _globals['_CONTAINERCONFIG_ANNOTATIONSENTRY']._serialized_end=1235
-  _globals['_CREATECONTAINERREQUEST']._serialized_start=2635
-  _globals['_CREATECONTAINERREQUEST']._serialized_end=2784
-  _globals['_CREATECONTAINERRESPONSE']._serialized_start=2786
-  _globals['_CREATECONTAINERRESPONSE']._serialized_end=2833
-  _globals['_STARTCONTAINERREQUEST']._serialized_start=2835
-  _globals['_STARTCONTAINERREQUEST']._serialized_end=2880
-  _globals['_STOPCONTAINERREQUEST']._serialized_start=2882
-  _globals['_STOPCONTAINERREQUEST']._serialized_end=2926
-  _globals['_REMOVECONTAINERREQUEST']._serialized_start=2928
-  _globals['_REMOVECONTAINERREQUEST']._serialized_end=2974
-  _globals['_UPDATECONTAINERRESOURCESREQUEST']._serialized_start=2977
-  _globals['_UPDATECONTAINERRESOURCESREQUEST']._serialized_end=3221
+  _globals['_CREATECONTAINERREQUEST']._serialized_start=3436
+  _globals['_CREATECONTAINERREQUEST']._serialized_end=3585
+  _globals['_CREATECONTAINERRESPONSE']._serialized_start=3587
+  _globals['_CREATECONTAINERRESPONSE']._serialized_end=3634
+  _globals['_STARTCONTAINERREQUEST']._serialized_start=3636
+  _globals['_STARTCONTAINERREQUEST']._serialized_end=3681
+  _globals['_STOPCONTAINERREQUEST']._serialized_start=3683
+  _globals['_STOPCONTAINERREQUEST']._serialized_end=3727
+  _globals['_REMOVECONTAINERREQUEST']._serialized_start=3729
+  _globals['_REMOVECONTAINERREQUEST']._serialized_end=3775
+  _globals['_UPDATECONTAINERRESOURCESREQUEST']._serialized_start=3778
+  _globals['_UPDATECONTAINERRESOURCESREQUEST']._serialized_end=4022
   _globals['_UPDATECONTAINERRESOURCESREQUEST_ANNOTATIONSENTRY']._serialized_start=1185
   _globals['_UPDATECONTAINERRESOURCESREQUEST_ANNOTATIONSENTRY']._serialized_end=1235
-  _globals['_CONTAINERFILTER']._serialized_start=3223
-  _globals['_CONTAINERFILTER']._serialized_end=3252
-  _globals['_LISTCONTAINERSREQUEST']._serialized_start=3254
-  _globals['_LISTCONTAINERSREQUEST']._serialized_end=3323
-  _globals['_CONTAINER']._serialized_start=3326
-  _globals['_CONTAINER']._serialized_end=3675
+  _globals['_CONTAINERFILTER']._serialized_start=4024
+  _globals['_CONTAINERFILTER']._serialized_end=4053
+  _globals['_LISTCONTAINERSREQUEST']._serialized_start=4055
+  _globals['_LISTCONTAINERSREQUEST']._serialized_end=4124
+  _globals['_CONTAINER']._serialized_start=4127
+  _globals['_CONTAINER']._serialized_end=4476
   _globals['_CONTAINER_LABELSENTRY']._serialized_start=1138
   _globals['_CONTAINER_LABELSENTRY']._serialized_end=1183
   _globals['_CONTAINER_ANNOTATIONSENTRY']._serialized_start=1185
   _globals['_CONTAINER_ANNOTATIONSENTRY']._serialized_end=1235
-  _globals['_LISTCONTAINERSRESPONSE']._serialized_start=3677
-  _globals['_LISTCONTAINERSRESPONSE']._serialized_end=3745
+  _globals['_LISTCONTAINERSRESPONSE']._serialized_start=4478
+  _globals['_LISTCONTAINERSRESPONSE']._serialized_end=4546
 # @@protoc_insertion_point(module_scope)

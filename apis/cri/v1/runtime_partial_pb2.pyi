@@ -12,9 +12,16 @@ class MountPropagation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROPAGATION_PRIVATE: _ClassVar[MountPropagation]
     PROPAGATION_HOST_TO_CONTAINER: _ClassVar[MountPropagation]
     PROPAGATION_BIDIRECTIONAL: _ClassVar[MountPropagation]
+
+class PodSandboxState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SANDBOX_READY: _ClassVar[PodSandboxState]
+    SANDBOX_NOTREADY: _ClassVar[PodSandboxState]
 PROPAGATION_PRIVATE: MountPropagation
 PROPAGATION_HOST_TO_CONTAINER: MountPropagation
 PROPAGATION_BIDIRECTIONAL: MountPropagation
+SANDBOX_READY: PodSandboxState
+SANDBOX_NOTREADY: PodSandboxState
 
 class KeyValue(_message.Message):
     __slots__ = ("key", "value")
@@ -202,6 +209,73 @@ class PodSandboxStatusResponse(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     status: PodSandboxStatus
     def __init__(self, status: _Optional[_Union[PodSandboxStatus, _Mapping]] = ...) -> None: ...
+
+class PodSandboxStateValue(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: PodSandboxState
+    def __init__(self, state: _Optional[_Union[PodSandboxState, str]] = ...) -> None: ...
+
+class PodSandboxFilter(_message.Message):
+    __slots__ = ("id", "state", "label_selector")
+    class LabelSelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    state: PodSandboxStateValue
+    label_selector: _containers.ScalarMap[str, str]
+    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[PodSandboxStateValue, _Mapping]] = ..., label_selector: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ListPodSandboxRequest(_message.Message):
+    __slots__ = ("filter",)
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    filter: PodSandboxFilter
+    def __init__(self, filter: _Optional[_Union[PodSandboxFilter, _Mapping]] = ...) -> None: ...
+
+class PodSandbox(_message.Message):
+    __slots__ = ("id", "metadata", "state", "created_at", "labels", "annotations", "runtime_handler")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class AnnotationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_HANDLER_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    metadata: PodSandboxMetadata
+    state: PodSandboxState
+    created_at: int
+    labels: _containers.ScalarMap[str, str]
+    annotations: _containers.ScalarMap[str, str]
+    runtime_handler: str
+    def __init__(self, id: _Optional[str] = ..., metadata: _Optional[_Union[PodSandboxMetadata, _Mapping]] = ..., state: _Optional[_Union[PodSandboxState, str]] = ..., created_at: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., runtime_handler: _Optional[str] = ...) -> None: ...
+
+class ListPodSandboxResponse(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[PodSandbox]
+    def __init__(self, items: _Optional[_Iterable[_Union[PodSandbox, _Mapping]]] = ...) -> None: ...
 
 class ContainerMetadata(_message.Message):
     __slots__ = ("name", "attempt")

@@ -1,0 +1,64 @@
+"""The agent's CRI client: asks the container runtime (containerd, CRI-O) for its pod sandboxes.
+
+The only agent module that imports the CRI messages. It dials the runtime's
+own endpoint (the one kubelet is given), not the fgpu runtime proxy, so the
+sweep does not depend on the proxy being up. Every call has a deadline, and
+any gRPC failure becomes `agent.errors.RuntimeUnavailable`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+from agent.errors import RuntimeUnavailable
+from apis import names
+from apis.cri.v1 import runtime_partial_pb2 as cri
+from apis.grpc_server import insecure_channel
+
+REQUEST_TIMEOUT_S = 10.0
+_LIST_POD_SANDBOX = f"/{names.CRI_RUNTIME_SERVICE}/ListPodSandbox"
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """One pod sandbox as the runtime lists it; `pod_uid` is the Kubernetes pod UID."""
+
+    id: str
+    pod_uid: str
+    ready: bool
+
+
+class RuntimeClient:
+    def __init__(self, endpoint: str, *, request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        """`endpoint` as kubelet's --container-runtime-endpoint, e.g. unix:///run/containerd/containerd.sock."""
+        self.endpoint = endpoint
+        self._timeout = request_timeout_s
+        # A channel connects lazily: a runtime that is down now fails the calls, not the agent's start.
+        self._channel = insecure_channel(endpoint, field="runtimeEndpoint")
+        self._list = self._channel.unary_unary(
+            _LIST_POD_SANDBOX,
+            request_serializer=cri.ListPodSandboxRequest.SerializeToString,
+            response_deserializer=cri.ListPodSandboxResponse.FromString,
+        )
+
+    def list_pod_sandboxes(self) -> list[Sandbox]:
+        """Every sandbox the runtime knows, ready or stopped; a removed one is not listed."""
+        try:
+            response = self._list(cri.ListPodSandboxRequest(), timeout=self._timeout)
+        except grpc.RpcError as err:
+            code = err.code() if isinstance(err, grpc.Call) else None
+            details = err.details() if isinstance(err, grpc.Call) else str(err)
+            raise RuntimeUnavailable(
+                f"container runtime at {self.endpoint}: ListPodSandbox failed "
+                f"({code.name if code is not None else 'error'}: {details}); "
+                "check that it runs and that runtimeEndpoint names its CRI socket"
+            ) from err
+        return [
+            Sandbox(id=item.id, pod_uid=item.metadata.uid, ready=item.state == cri.SANDBOX_READY)
+            for item in response.items
+        ]
+
+    def close(self) -> None:
+        self._channel.close()
