@@ -112,11 +112,13 @@ class Extender:
             return [{"Host": n, "Score": 0} for n in node_names]
         if request.device is None or not node_names:
             return [{"Host": n, "Score": 0} for n in node_names]
-        scores: dict[str, int] = {str(n): _extender_score(s) for n, s in self._service.score(pod, node_names, request=request)}
+        scored, chosen = self._service.score_and_choose(pod, node_names, request=request)
+        scores: dict[str, int] = {str(n): _extender_score(s) for n, s in scored}
         # 0..10 is too coarse for the core's scores, and kube-scheduler breaks ties among equal
         # extender scores with its own plugins (which spread). The node the core would pick
-        # alone gets the top score and the others at most one less, so packing survives.
-        chosen = self._service.choose(pod, node_names, request=request)
+        # alone gets the top score and the others at most one less: with the extender's weight
+        # (5 in hack/deploy, so a 50-point lead) kube-scheduler follows it unless its own
+        # plugins disagree by more than that.
         for n in node_names:
             scores[n] = MAX_EXTENDER_PRIORITY if n == chosen else min(scores.get(n, 0), MAX_EXTENDER_PRIORITY - 1)
         return [{"Host": n, "Score": scores[n]} for n in node_names]

@@ -163,14 +163,16 @@ class SchedulingService:
         with self.metrics.timed(Phase.SCORE), self._lock:
             return list(self._core.score(request, [NodeName(n) for n in node_names]))
 
-    def choose(
+    def score_and_choose(
         self, pod: Mapping[str, Any], node_names: Sequence[str], *, request: PodRequest | None = None
-    ) -> NodeName | None:
-        """The node among `node_names` the scheduler itself would pick (scores, then its tie-break order)."""
+    ) -> tuple[list[tuple[NodeName, int]], NodeName | None]:
+        """The scores of `node_names` and the one the scheduler itself would pick (scores, then its
+        tie-break order), from one view of the cluster."""
         self._require_loaded()
         request = request or self.request(pod)
+        names_ = [NodeName(n) for n in node_names]
         with self.metrics.timed(Phase.SCORE), self._lock:
-            return self._core.select(request, [NodeName(n) for n in node_names])
+            return list(self._core.score(request, names_)), self._core.select(request, names_)
 
     def reserve(self, pod: Mapping[str, Any], node: str) -> SignedAllocation:
         self._require_leader()

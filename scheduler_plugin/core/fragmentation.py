@@ -318,7 +318,9 @@ class HoleWaste:
         gpu = workload.gpu_shape
         self._gpu = gpu
         self._request = np.where(gpu, np.minimum(workload.milli, MILLI), 0) // self.STEP
-        self._rate = workload.weight * np.where(gpu, np.maximum(workload.num, 1), 0)
+        # A share sized only in memory bytes counts 0 milli-GPU: it fills no hole measurably, and
+        # as a filler of size 0 it would make every hole look filled.
+        self._rate = workload.weight * np.where(gpu & (self._request >= 1), np.maximum(workload.num, 1), 0)
         self._ids: dict[bytes, int] = {}
         self._tables: list[FloatArray] = []
         self.table: FloatArray = np.zeros((0, MILLI // self.STEP + 1))

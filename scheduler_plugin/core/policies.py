@@ -27,7 +27,9 @@ A policy answers two questions for the core, both over the struct-of-arrays
 
 A policy that keeps caches per node is told when a node's row changed
 (`node_changed(slot)`, also for a released slot) and when the arrays were
-reallocated (`state_resized()`). Subclass `BasePolicy` to get no-op hooks and
+reallocated (`state_resized()`), and of every pod the core takes in, reserved
+or already bound (`pod_added(demand)`: what a policy learns its workload from).
+Subclass `BasePolicy` to get no-op hooks and
 the packing GPU choice.
 
 Policies are made by factories registered under a name::
@@ -101,6 +103,8 @@ class Policy(Protocol):
 
     def state_resized(self) -> None: ...
 
+    def pod_added(self, demand: Demand) -> None: ...
+
 
 PolicyFactory = Callable[[PolicyContext], Policy]
 
@@ -121,6 +125,9 @@ class BasePolicy:
         return tightest_gpus(self.state, node, demand, fitting)
 
     def node_changed(self, node: int) -> None:
+        return None
+
+    def pod_added(self, demand: Demand) -> None:
         return None
 
     def state_resized(self) -> None:

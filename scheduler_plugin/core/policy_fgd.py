@@ -165,12 +165,11 @@ class CachedScorePolicy(BasePolicy):
         chosen = workload or context.options.get("workload")
         if chosen is not None and not isinstance(chosen, TargetWorkload):
             raise TypeError(f"policy {self.name!r}: options['workload'] is a {type(chosen).__name__}; pass a TargetWorkload")
-        # Without a target workload (a live cluster) it is learnt from the pods scored; the
-        # stand-in serves until the first one is learnt.
+        # Without a target workload (a live cluster) it is learnt from the pods the core takes
+        # in (`pod_added`); the stand-in serves until the first one is learnt.
         self.learner = WorkloadLearner() if chosen is None else None
         self.tracker = FragmentationTracker(self.state, chosen or GENERIC_WORKLOAD)
         self._cache: dict[DemandKey, NodeDeltas] = {}
-        self._scores_nodes = False
 
     @property
     def index(self) -> FragmentationIndex:
@@ -219,24 +218,18 @@ class CachedScorePolicy(BasePolicy):
         self.tracker = FragmentationTracker(self.state, workload)
         self._cache.clear()
 
-    def learn(self, demand: Demand) -> None:
+    def pod_added(self, demand: Demand) -> None:
         if self.learner is not None:
             learnt = self.learner.observe(demand)
             if learnt is not None:
                 self.workload_changed(learnt)
 
     def score(self, nodes: SlotArray, demand: Demand, fits: BoolMatrix) -> FloatArray:
-        self._scores_nodes = True
-        self.learn(demand)
         scores = fgd_score(self._deltas_of(nodes, demand, fits), scale=self.score_scale)
         result: FloatArray = scores.max(axis=1)
         return result
 
     def choose_share_gpus(self, node: int, demand: Demand, fitting: SlotArray) -> Sequence[int]:
-        if not self._scores_nodes:
-            # Only the GPU-level policy (`gpuPolicy`): it learns from the shares it places. An
-            # instance that also scores nodes has already counted this pod.
-            self.learn(demand)
         if demand.gpus != 1:
             return super().choose_share_gpus(node, demand, fitting)
         fits = np.zeros((1, self.state.max_gpus), dtype=np.bool_)

@@ -33,7 +33,7 @@ from scheduler_plugin.core.api import (
     Status,
 )
 from scheduler_plugin.core.cluster import ClusterState
-from scheduler_plugin.core.demand import demand_of
+from scheduler_plugin.core.demand import Demand, demand_of
 from scheduler_plugin.core.filtering import (
     SCOPE_GROUPS,
     SCOPES,
@@ -140,7 +140,9 @@ class Scheduler:
 
     def add_pod(self, pod: PodRequest, node: NodeName, allocation: Allocation | None) -> None:
         existing = self._pods.get(pod.uid)
-        if existing is not None:
+        if existing is None:
+            self._tell_policies(demand_of(pod))
+        else:
             if (
                 allocation is None
                 and existing.node == node
@@ -153,6 +155,12 @@ class Scheduler:
                 return
             self._drop(existing)
         self._place(PodRecord(request=pod, node=node, allocation=allocation, assumed=False))
+
+    def _tell_policies(self, demand: Demand) -> None:
+        """A pod new to the core, reserved or found bound: policies that learn the workload count it."""
+        self.node_policy.pod_added(demand)
+        if self.gpu_policy is not self.node_policy:
+            self.gpu_policy.pod_added(demand)
 
     def remove_pod(self, uid: PodUID) -> None:
         record = self._pods.get(uid)
@@ -288,6 +296,8 @@ class Scheduler:
             code = Code.UNSCHEDULABLE_AND_UNRESOLVABLE if reason.unresolvable else Code.UNSCHEDULABLE
             raise SchedulingError(Status(code, (f"node {node}: {reason.text}",)))
         allocation = self._choose(record, slot, result, constraints)
+        if existing is None:
+            self._tell_policies(constraints.demand)
         self._place(
             PodRecord(request=pod, node=node, allocation=allocation, assumed=True, assumed_at=self.clock())
         )

@@ -1,10 +1,10 @@
-"""The target workload learnt from the pods a policy is asked to place.
+"""The target workload learnt from the pods the scheduler takes in.
 
 FGD's fragmentation and fgpu's look-ahead terms are measured against a target workload: the
 typical pod shapes and how often each comes. The simulator measures it on the trace; a live
 scheduler has no trace, so without this it would score against a made-up stand-in. A
 `WorkloadLearner` counts the shape (CPU, per-card milli-GPU, cards, allowed models) of every
-demand it is shown and re-derives the typical shapes the way the simulator does
+pod it is shown and re-derives the typical shapes the way the simulator does
 (`TargetWorkload.from_counts`: most frequent first, until `coverage` of the pods).
 
 Re-deriving invalidates every cached node score, so it happens on a schedule: after `warmup`
@@ -14,9 +14,10 @@ trace), then whenever the count doubles, then every `relearn_every` demands. Fro
 counts are halved at each re-derivation, so the workload follows a cluster whose mix of pods
 changes (the last ~2 x `relearn_every` demands weigh most).
 
-A demand is counted each time a policy scores it (a GPU-level policy of its own counts the shares
-it places instead), so a pod that waits and is retried counts more than once; in a busy cluster
-those are few next to the pods that place at once.
+A pod is counted once when the core takes it in (`Policy.pod_added`): when it is reserved, or
+when it is found already bound, so a scheduler that restarts or takes over as leader relearns
+from the pods running in the cluster. Pods that fit nowhere are not counted (nor do they change
+the cluster). A pod unreserved and reserved again counts again.
 """
 
 from __future__ import annotations

@@ -147,20 +147,27 @@ def test_prioritize_answers_a_host_priority_list_from_0_to_10_preferring_the_ful
 
 
 def test_prioritize_gives_the_node_the_scheduler_would_pick_the_only_top_score(
-    extender: tuple[SchedulerApp, str], kube_api: KubeAPIServer
+    binpack_extender: tuple[SchedulerApp, str], kube_api: KubeAPIServer
 ) -> None:
-    app, url = extender
+    app, url = binpack_extender
     assert app.service is not None
-    body = fixture("prioritize-nodecachecapable.json")
-    pod = body.get("Pod") or body.get("pod")
-    assert pod is not None
-    expected = app.service.choose(pod, ["gpu-h100-0", "gpu-t4-0"])
+    app.service.bind(cluster.add_pod(kube_api, share_pod("already", core=50, memory="4Gi")), "gpu-t4-0")
 
-    result = post(f"{url}/prioritize", body)
+    result = post(f"{url}/prioritize", fixture("prioritize-nodecachecapable.json"))
 
+    # binpack picks the fuller T4 node; the H100 node must not tie with it.
     scores = {entry["Host"]: entry["Score"] for entry in result}
-    assert scores[expected] == 10
-    assert all(score <= 9 for host, score in scores.items() if host != expected)
+    assert scores["gpu-t4-0"] == 10
+    assert scores["gpu-h100-0"] < 10
+
+
+def test_prioritize_under_fgpu_has_exactly_one_top_score(extender: tuple[SchedulerApp, str]) -> None:
+    _, url = extender
+
+    result = post(f"{url}/prioritize", fixture("prioritize-nodecachecapable.json"))
+
+    assert sorted(entry["Score"] for entry in result)[-1] == 10
+    assert [entry["Score"] for entry in result].count(10) == 1
 
 
 def test_bind_writes_the_signed_allocation_then_binds(extender: tuple[SchedulerApp, str], kube_api: KubeAPIServer) -> None:

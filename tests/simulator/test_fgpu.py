@@ -162,3 +162,15 @@ def test_a_share_leaves_the_hole_a_frequent_pod_fills_and_starts_a_gpu_a_rarer_p
     share = pod("share", milli=320, cpu=0)
     assert place(core, share) == "a"
     assert gpus_of(core, share) == ("a", (gpu,))
+
+
+def test_a_share_sized_only_in_memory_bytes_does_not_make_every_hole_look_filled() -> None:
+    workload = TargetWorkload(
+        shapes=(PodShape(cpu_milli=0, gpu_milli=470, num_gpu=1), PodShape(cpu_milli=0, gpu_milli=0, num_gpu=1)),
+        weights=(0.875, 0.125),
+    )
+    holes = HoleWaste(workload, temperature=30)
+    table_id = holes.table_ids(model_ok=np.ones((1, 2), dtype=np.bool_), cpu_free=np.array([8000]))[0]
+    table = holes.table[table_id]
+    assert table[19] == pytest.approx(190)  # nothing real fits a 190 hole
+    assert table[53] == pytest.approx(60)

@@ -116,20 +116,52 @@ def test_simulate_learns_the_workload_on_request(capsys: pytest.CaptureFixture[s
     assert learnt["alloc_at_100_by_seed"] == [round(expected.alloc_at_100, 3)]
 
 
-def test_a_gpu_level_policy_of_its_own_learns_from_the_shares_it_places() -> None:
-    core = Scheduler(policy="binpack", gpu_policy="fgpu", tie_break_seed=0)
+def _core(*, policy: str, gpu_policy: str | None = None) -> Scheduler:
+    core = Scheduler(policy=policy, gpu_policy=gpu_policy, tie_break_seed=0)
     for i in range(8):
         trace_node = node(f"n{i}", gpus=8, cpu=256000, memory_mib=1 << 20)
         core.upsert_node_info(NodeInfo(name=NodeName(trace_node.name), cpu_milli=trace_node.cpu_milli, memory_bytes=trace_node.memory_mib << 20))
         core.upsert_node_devices(node_devices(trace_node))
-    for i in range(64):
-        request = pod_request(pod(f"p{i}", milli=320, cpu=2000))
+    return core
+
+
+def test_a_gpu_level_policy_of_its_own_learns_from_every_pod_placed() -> None:
+    core = _core(policy="binpack", gpu_policy="fgpu")
+    for i in range(48):
+        request = pod_request(pod(f"p{i}", milli=320 if i % 3 else 1000, cpu=2000))
         chosen = core.select(request)
         assert chosen is not None
         core.reserve(request, chosen)
     gpu_policy = core.gpu_policy
     assert isinstance(gpu_policy, FGPUPolicy)
-    assert gpu_policy.index.workload.shapes == (PodShape(cpu_milli=2000, gpu_milli=320, num_gpu=1),)
+    assert set(gpu_policy.index.workload.shapes) == {
+        PodShape(cpu_milli=2000, gpu_milli=320, num_gpu=1),
+        PodShape(cpu_milli=2000, gpu_milli=1000, num_gpu=1),
+    }
+
+
+def test_pods_found_bound_teach_a_fresh_core_and_each_pod_counts_once() -> None:
+    # A restarted or newly elected scheduler loads the bound pods through add_pod.
+    first = _core(policy="fgpu")
+    placed = []
+    for i in range(32):
+        request = pod_request(pod(f"p{i}", milli=470, cpu=1000))
+        chosen = first.select(request)
+        assert chosen is not None
+        placed.append((request, chosen, first.reserve(request, chosen)))
+    for request, chosen, allocation in placed:  # the informer then sees them bound
+        first.confirm(request.uid)
+        first.add_pod(request, chosen, allocation)
+    policy = first.node_policy
+    assert isinstance(policy, FGPUPolicy) and policy.learner is not None
+    assert policy.learner.seen == 32
+
+    second = _core(policy="fgpu")
+    for request, chosen, allocation in placed:
+        second.add_pod(request, chosen, allocation)
+    fresh = second.node_policy
+    assert isinstance(fresh, FGPUPolicy)
+    assert fresh.index.workload.shapes == (PodShape(cpu_milli=1000, gpu_milli=470, num_gpu=1),)
 
 
 def test_fgpu_strands_by_the_cpu_ratio_of_the_pods_it_learnt() -> None:
