@@ -17,7 +17,7 @@ already taken), and a GPU-heavy pod to a GPU-dense one. The GPU of a share is ch
 (stranding is a node quantity: equal for every GPU of the node).
 
 rho comes from the target workload's GPU shapes and mu from `TargetWorkload.memory_per_gpu_milli`:
-measured on the trace by the simulator, or learnt with the workload from the pods scored
+measured on the trace by the simulator, or learnt with the workload from the pods placed
 (`workload_learning.py`) in a live cluster.
 
 The third term is the growth of the node's expected eventual hole waste (`HoleWaste`): what stays

@@ -1,4 +1,4 @@
-"""Without a target workload (a live cluster) fgd and fgpu learn the typical pod shapes from the pods they score."""
+"""Without a target workload (a live cluster) fgd and fgpu learn the typical pod shapes from the pods placed."""
 
 from __future__ import annotations
 
