@@ -62,7 +62,6 @@ class WorkloadLearner:
         self.relearn_every = relearn_every
         self.coverage = coverage
         self.seen = 0
-        self.learnt = 0
         self._next = warmup
         self._counts: Counter[PodShape] = Counter()
         self._gpu_milli = 0.0
@@ -86,7 +85,6 @@ class WorkloadLearner:
         )
         if not doubling:
             self._forget_half()
-        self.learnt += 1
         return workload
 
     def _forget_half(self) -> None:

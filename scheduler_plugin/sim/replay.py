@@ -87,6 +87,7 @@ def build_scheduler(
     seed: int,
     workload: TargetWorkload | None,
     params: Mapping[str, float] | None = None,
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Scheduler:
     """A fresh core holding the trace's GPU nodes, ties broken by a node order fixed by `seed`.
 
@@ -103,7 +104,12 @@ def build_scheduler(
         if node.gpus == 0:
             continue  # the protocol replays GPU nodes only
         core.upsert_node_info(
-            NodeInfo(name=NodeName(node.name), cpu_milli=node.cpu_milli, memory_bytes=node.memory_mib * MIB)
+            NodeInfo(
+                name=NodeName(node.name),
+                labels=dict((node_labels or {}).get(node.name, {})),
+                cpu_milli=node.cpu_milli,
+                memory_bytes=node.memory_mib * MIB,
+            )
         )
         core.upsert_node_devices(node_devices(node))
     return core

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from apis.allocation import Allocation, GPUShare
-from scheduler_plugin.core.api import LabelRequirement, NodeInfo, NodeName, PodRequest, PodUID
+from scheduler_plugin.core.api import LabelRequirement, NodeName, PodRequest, PodUID
 from scheduler_plugin.core.fragmentation import TargetWorkload
 from scheduler_plugin.core.scheduler import Scheduler
 from scheduler_plugin.sim.node_constraints import (
@@ -45,7 +45,7 @@ from scheduler_plugin.sim.replay import (
     place,
     pod_request,
 )
-from scheduler_plugin.sim.trace import MIB, MILLI_PER_GPU, TraceNode, TracePod
+from scheduler_plugin.sim.trace import MILLI_PER_GPU, TraceNode, TracePod
 from scheduler_plugin.sim.workload import gpu_capacity_milli, order_and_tune, typical_shapes
 
 
@@ -127,18 +127,10 @@ def scheduler_for(snapshot: Snapshot, *, policy: str, seed: int = 0, workload: T
     """A core holding the snapshot; the target workload defaults to the shapes of its pods."""
     if workload is None:
         workload = typical_shapes([p.pod for p in snapshot.pods] or [_NOTHING])
-    core = build_scheduler(snapshot.nodes, policy=policy, seed=seed, workload=workload)
+    core = build_scheduler(
+        snapshot.nodes, policy=policy, seed=seed, workload=workload, node_labels=snapshot.node_labels
+    )
     for node in snapshot.nodes:
-        labels = snapshot.node_labels.get(node.name)
-        if labels and node.gpus:
-            core.upsert_node_info(
-                NodeInfo(
-                    name=NodeName(node.name),
-                    labels=dict(labels),
-                    cpu_milli=node.cpu_milli,
-                    memory_bytes=node.memory_mib * MIB,
-                )
-            )
         down = set(snapshot.unusable_gpus.get(node.name, ()))
         if down and node.gpus:
             devices = node_devices(node)
