@@ -164,6 +164,25 @@ def decide(
     return HookDecision(edits=edits, allocation=allocation, holds=tuple(holds))
 
 
+def holds_of(allocation: Allocation, devices: NodeDevices) -> tuple[Hold, ...]:
+    """What a pod with this (verified) allocation holds on the node, for the admission ledger.
+
+    Lenient where `decide` is strict: a running pod is counted even when its GPU is unhealthy
+    now, so that rebuilding the ledger can only make GPUs look fuller, never freer. A share
+    whose GPU is not on the node holds nothing here.
+    """
+    holds: list[Hold] = []
+    for share in allocation.gpus:
+        gpu, _ = _find_gpu(share, devices)
+        if gpu is None:
+            continue
+        if share.mig_uuid:
+            holds.append(Hold(gpu_uuid=gpu.uuid, mig_uuid=share.mig_uuid, core_percent=share.core_percent))
+        else:
+            holds.append(Hold(gpu_uuid=gpu.uuid, core_percent=share.core_percent, memory_bytes=_share_memory(share, gpu)))
+    return tuple(holds)
+
+
 def _find_gpu(share: GPUShare, devices: NodeDevices) -> tuple[GPUInfo | None, str]:
     if share.uuid:
         gpu = next((g for g in devices.gpus if g.uuid == share.uuid), None)
