@@ -5,13 +5,17 @@ settings to a `HookDecision`. The runtime proxy calls PreCreateContainer for
 every container; the gRPC servicer (`agent.hookserver`) turns the request into
 a `HookRequest`, calls `decide`, and the decision back into a HookResponse.
 
-A pod without an allocation gets no answer at all (the proxy's own `void`
-rule hides the GPUs from it). A pod with one gets its GPUs only when the
+A pod without an allocation, or with one that lists no GPU, gets no answer at
+all (the proxy's own `void` rule hides the GPUs from it). A pod with one gets its GPUs only when the
 allocation is signed for this pod on this node and fits the node as it is
 now: every GPU present and healthy, MIG shares on MIG instances that exist,
 and no GPU given more than it has, counting what the pods admitted before
 hold (`held`, from `agent.admissions.AdmissionLedger`). Anything else is refused with a reason a
 person can act on, which the proxy turns into a failed CreateContainer.
+
+Each container gets only the GPUs the allocation names it for, each limited to
+its own part (`apis.container_split`); a container named for none, such as a
+logging sidecar, gets `void`. The ledger holds the pod's whole allocation either way.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from agent.admissions import GPUHeld, Hold
-from agent.isolation import ContainerEdits, Isolation, IsolationPaths, VisibleGPU, edits_for
+from agent.isolation import ContainerEdits, Isolation, IsolationPaths, VisibleGPU, edits_for, void_edits
 from agent.pcitopology import sysfs_bus_id
-from apis.allocation import Allocation, AllocationError, GPUShare
+from apis import names
+from apis.allocation import Allocation, AllocationError, ContainerShare, GPUShare, lists_gpus
 from apis.devices import GPUInfo, NodeDevices
 from apis.signing import SignatureError, verify_pod_annotations
 
@@ -37,6 +42,8 @@ class HookRequest:
     pod_name: str
     container_name: str
     annotations: Mapping[str, str] = field(default_factory=dict)
+    #: Names of the variables the container's request carries (pod spec env, earlier hooks' edits).
+    env_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,16 +79,24 @@ def decide(
     """`held`: per GPU UUID, what other pods admitted on this node hold (not this pod's own entry)."""
     held = held or {}
     who = f"pod {request.pod_namespace}/{request.pod_name} ({request.pod_uid})"
+    if not lists_gpus(request.annotations.get(names.DEVICE_ALLOCATED)):
+        # No allocation, or one that lists no GPU (it grants nothing, so it needs no signature):
+        # the proxy's own rule gives the container `void`.
+        return NO_ANSWER
     try:
         allocation = verify_pod_annotations(
             settings.key, pod_uid=request.pod_uid, node_name=settings.node_name, annotations=request.annotations
         )
     except (SignatureError, AllocationError) as err:
         return HookDecision(rejection=f"{who}: GPU allocation refused: {err}")
-    if allocation is None:
+    if allocation is None or not allocation.gpus:
         return NO_ANSWER
-    if not allocation.gpus:
-        return HookDecision(rejection=f"{who}: GPU allocation lists no GPU; the scheduler must allocate again")
+    if not allocation.names_containers:
+        return HookDecision(rejection=(
+            f"{who}: the GPU allocation does not say which of the pod's containers get the GPUs "
+            f"({names.ALLOCATION_CONTAINERS} in each entry's extension), so no container can be given a share; "
+            "schedule the pod with fgpu-scheduler (delete it and let it be recreated)"
+        ))
     if devices.discovery_error:
         return HookDecision(
             rejection=f"{who}: node {settings.node_name} cannot use its GPUs right now ({devices.discovery_error}); "
@@ -101,6 +116,7 @@ def decide(
         if problem:
             problems.append(f"gpu[{i}] {gpu.uuid}: {problem}")
             continue
+        part = next((c for c in share.containers if c.name == request.container_name), None)
         if share.mig_uuid:
             seen_mig.add(share.mig_uuid)
             holders = (held[gpu.uuid].mig or {}).get(share.mig_uuid, frozenset()) if gpu.uuid in held else frozenset()
@@ -112,9 +128,10 @@ def decide(
                 continue
             holds.append(Hold(gpu_uuid=gpu.uuid, mig_uuid=share.mig_uuid, core_percent=share.core_percent))
             mig = next(m for m in gpu.mig_instances if m.uuid == share.mig_uuid)
-            visible.append((sysfs_bus_id(gpu.topology.bus_id) + f"/{mig.index:02d}", VisibleGPU(
-                uuid=mig.uuid, core_percent=share.core_percent, memory_bytes=mig.memory_bytes, unlimited=True
-            )))
+            if part is not None:
+                visible.append((sysfs_bus_id(gpu.topology.bus_id) + f"/{mig.index:02d}", VisibleGPU(
+                    uuid=mig.uuid, core_percent=part.core_percent, memory_bytes=mig.memory_bytes, unlimited=True
+                )))
             continue
         share_bytes = _share_memory(share, gpu)
         if not share.whole and share_bytes < _MIB:
@@ -127,8 +144,23 @@ def decide(
         core, memory = used.get(gpu.uuid, (0, 0))
         used[gpu.uuid] = (core + share.core_percent, memory + share_bytes)
         holds.append(Hold(gpu_uuid=gpu.uuid, core_percent=share.core_percent, memory_bytes=share_bytes))
+        if part is None:
+            continue
+        part_bytes = _part_memory(part, gpu)
+        if part.core_percent > share.core_percent or part_bytes > share_bytes:
+            problems.append(
+                f"gpu[{i}] {gpu.uuid}: container {part.name!r} is given {part.core_percent}% and {part_bytes} bytes, "
+                f"more than the pod's {share.core_percent}% and {share_bytes} bytes"
+            )
+            continue
+        if not part.whole and part_bytes < _MIB:
+            problems.append(
+                f"gpu[{i}] {gpu.uuid}: container {part.name!r} has a memory share of {part_bytes} bytes, under "
+                "1 MiB, a limit no isolation backend can enforce"
+            )
+            continue
         visible.append((sysfs_bus_id(gpu.topology.bus_id) or f"{gpu.minor:08d}", VisibleGPU(
-            uuid=gpu.uuid, core_percent=share.core_percent, memory_bytes=share_bytes, unlimited=share.whole
+            uuid=gpu.uuid, core_percent=part.core_percent, memory_bytes=part_bytes, unlimited=share.whole and part.whole
         )))
     for uuid, (core, memory) in used.items():
         gpu = next(g for g in devices.gpus if g.uuid == uuid)
@@ -151,6 +183,9 @@ def decide(
         problems.append("the same GPU is listed twice; the scheduler must merge the shares")
     if problems:
         return HookDecision(rejection=f"{who}: GPU allocation does not fit node {settings.node_name}: " + "; ".join(problems))
+    if not visible:
+        # A sidecar, or an init container, that asked for no GPU itself.
+        return HookDecision(edits=void_edits(), allocation=allocation, holds=tuple(holds))
     # CUDA ordinals follow PCI bus order (the hook sets CUDA_DEVICE_ORDER=PCI_BUS_ID), so the
     # per-GPU limits must be listed in that order too.
     ordered = [v for _, v in sorted(visible, key=lambda kv: kv[0])]
@@ -160,8 +195,11 @@ def decide(
         paths=settings.paths,
         pod_uid=request.pod_uid,
         container_name=request.container_name,
+        request_env=request.env_names,
     )
     return HookDecision(edits=edits, allocation=allocation, holds=tuple(holds))
+
+
 
 
 def holds_of(allocation: Allocation, devices: NodeDevices) -> tuple[Hold, ...]:
@@ -228,6 +266,14 @@ def _check_share(share: GPUShare, gpu: GPUInfo, *, seen_mig: set[str]) -> str:
     if share.memory_bytes > gpu.memory_bytes:
         return f"memory {share.memory_bytes} bytes is more than the GPU's {gpu.memory_bytes}"
     return ""
+
+
+def _part_memory(part: ContainerShare, gpu: GPUInfo) -> int:
+    if part.memory_bytes:
+        return part.memory_bytes
+    if part.whole:
+        return gpu.memory_bytes
+    return gpu.memory_bytes * part.memory_ratio_percent // 100
 
 
 def _share_memory(share: GPUShare, gpu: GPUInfo) -> int:

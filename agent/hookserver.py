@@ -59,6 +59,7 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
             pod_name=pod.name,
             container_name=request.container.name,
             annotations=dict(pod.annotations),
+            env_names=tuple(kv.key for kv in request.envs),
         )
         try:
             try:
@@ -141,7 +142,7 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
             return hooks_pb2.HookResponse()
         for path in decision.edits.host_dirs:
             try:
-                os.makedirs(path, mode=0o777, exist_ok=True)
+                make_shared_dir(path)
             except OSError as err:
                 reason = f"fgpu agent cannot create {path} for the GPU isolation library: {err.strerror}"
                 self._metrics.hook_decisions.labels("rejected").inc()
@@ -149,11 +150,24 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
         self._metrics.hook_decisions.labels("admitted").inc()
         return hooks_pb2.HookResponse(
             set_envs=[hooks_pb2.KeyValue(key=k, value=v) for k, v in decision.edits.envs],
+            unset_envs=list(decision.edits.unset_envs),
             add_mounts=[
                 hooks_pb2.Mount(container_path=m.container_path, host_path=m.host_path, readonly=m.readonly)
                 for m in decision.edits.mounts
             ],
         )
+
+
+def make_shared_dir(path: str) -> None:
+    """Creates `path` (and its parents) writable by any user, with the sticky bit.
+
+    HAMi-core writes its cache and lock files as the container's user, which need
+    not be root; makedirs' mode is cut by the umask, so the mode is set explicitly.
+    Sticky: on the node-wide lock directory one container's user cannot delete
+    another's lock files.
+    """
+    os.makedirs(path, exist_ok=True)
+    os.chmod(path, 0o1777)
 
 
 class HookServer:

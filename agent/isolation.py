@@ -15,6 +15,13 @@ what, per backend:
 Whole GPUs and MIG instances need no software limit (the container owns
 the GPU, or the hardware enforces the split), so when every share is one of
 those, the backend adds nothing but visibility.
+
+The pod author writes the container's env and picks its image, so nothing they
+wrote may decide a limit: every variable of the applied backend is set by the
+hook (its off switches pinned to their safe value, which also overrides what the
+image bakes in), and every other isolation variable the pod spec carries is
+removed. Both backends read these variables inside the container's processes;
+what that leaves a hostile process is in docs/isolation.md.
 """
 
 from __future__ import annotations
@@ -83,15 +90,41 @@ class VisibleGPU:
 @dataclass(frozen=True)
 class ContainerEdits:
     envs: tuple[tuple[str, str], ...] = ()
+    #: Variables of the request to remove (applied before `envs`).
+    unset_envs: tuple[str, ...] = ()
     mounts: tuple[Mount, ...] = ()
     #: Host directories that must exist before the container starts.
     host_dirs: tuple[str, ...] = ()
 
 
+#: Variables only HAMi-core reads that are not covered by `names.ISOLATION_ENV_PREFIXES`.
+_HAMI_NAMES = (names.HAMI_SHARED_CACHE, names.HAMI_DISABLE_CONTROL, names.HAMI_OVERSUBSCRIBE, names.HAMI_CORE_POLICY)
+
+
+def is_isolation_variable(name: str) -> bool:
+    """Whether HAMi-core or the MPS client reads `name`."""
+    return name in _HAMI_NAMES or name.startswith(names.ISOLATION_ENV_PREFIXES)
+
+
+def void_edits() -> ContainerEdits:
+    """A container of a GPU pod that asked for no GPU itself: it sees none."""
+    return ContainerEdits(envs=((names.NVIDIA_VISIBLE_DEVICES, names.NVIDIA_VISIBLE_DEVICES_VOID),))
+
+
 def edits_for(
-    gpus: Sequence[VisibleGPU], *, isolation: Isolation, paths: IsolationPaths, pod_uid: str, container_name: str
+    gpus: Sequence[VisibleGPU],
+    *,
+    isolation: Isolation,
+    paths: IsolationPaths,
+    pod_uid: str,
+    container_name: str,
+    request_env: Sequence[str] = (),
 ) -> ContainerEdits:
-    """The env and mounts that give a container `gpus` under `isolation`."""
+    """The env and mounts that give a container `gpus` under `isolation`.
+
+    `request_env`: the names of the variables the container's request carries now; the
+    isolation variables among them that the hook does not set are removed.
+    """
     envs: list[tuple[str, str]] = [
         (names.NVIDIA_VISIBLE_DEVICES, ",".join(g.uuid for g in gpus)),
         (names.CUDA_DEVICE_ORDER, names.CUDA_DEVICE_ORDER_PCI_BUS_ID),
@@ -108,7 +141,14 @@ def edits_for(
             envs.append((f"{names.HAMI_SM_LIMIT}_{i}", str(_sm_limit(g))))
         # The unsuffixed limit covers tools that read only it; the smallest share is the safe reading.
         envs.append((names.HAMI_SM_LIMIT, str(min(_sm_limit(g) for g in gpus))))
+        envs.append((names.HAMI_MEMORY_LIMIT, f"{min(g.memory_bytes for g in gpus) // _MIB}m"))
         envs.append((names.HAMI_SHARED_CACHE, os.path.join(cache_container, "vgpu.cache")))
+        # Pinned rather than removed: the image's own ENV would otherwise still apply.
+        envs += [
+            (names.HAMI_DISABLE_CONTROL, "false"),
+            (names.HAMI_OVERSUBSCRIBE, "false"),
+            (names.HAMI_CORE_POLICY, "default"),
+        ]
         mounts += [
             Mount(container_path=cache_container, host_path=cache_host, readonly=False),
             Mount(container_path=os.path.join(paths.hami_container_dir, "libvgpu.so"), host_path=paths.hami_library),
@@ -124,16 +164,21 @@ def edits_for(
         # MPS takes one thread percentage for all of a client's devices; the smallest share is the
         # safe one. A memory-only share (core 0) gets no compute cap: MPS has no "0 = unlimited".
         threads = min(_sm_limit(g) for g in gpus)
-        if threads > 0:
-            envs.append((names.MPS_ACTIVE_THREAD_PERCENTAGE, str(threads)))
+        envs.append((names.MPS_ACTIVE_THREAD_PERCENTAGE, str(threads if threads > 0 else 100)))
         mounts.append(Mount(container_path=paths.mps_pipe_dir, host_path=paths.mps_pipe_dir, readonly=False))
+    if applied is not Isolation.NONE:
+        # Both backends index their limits by CUDA ordinal; a reordering filter would pair a
+        # GPU with another GPU's limit.
+        envs.append((names.CUDA_VISIBLE_DEVICES, ",".join(str(i) for i in range(len(gpus)))))
     envs += [
         (names.FGPU_GPU_UUIDS, ",".join(g.uuid for g in gpus)),
         (names.FGPU_MEMORY_BYTES, ",".join(str(g.memory_bytes) for g in gpus)),
         (names.FGPU_CORE_PERCENT, ",".join(str(g.core_percent) for g in gpus)),
         (names.FGPU_ISOLATION, applied.value),
     ]
-    return ContainerEdits(envs=tuple(envs), mounts=tuple(mounts), host_dirs=tuple(host_dirs))
+    setting = {k for k, _ in envs}
+    unset = tuple(sorted({n for n in request_env if is_isolation_variable(n) and n not in setting}))
+    return ContainerEdits(envs=tuple(envs), unset_envs=unset, mounts=tuple(mounts), host_dirs=tuple(host_dirs))
 
 
 def _sm_limit(g: VisibleGPU) -> int:

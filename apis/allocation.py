@@ -13,6 +13,13 @@ object keyed by device type, each a list of per-device entries::
 A MIG share also carries ``"extension":{"fgpu.io/mig-uuid":"MIG-..."}``;
 Koordinator decodes "extension" into a struct and skips keys it does not know.
 
+Koordinator's value is per pod, but limits are applied per container, so fgpu's
+scheduler also records which containers get each GPU and each one's own share
+(``"extension":{"fgpu.io/containers":{"main":{"koordinator.sh/gpu-core":"30",...}}}``,
+from `apis.container_split`). A container named in no entry gets no GPU; an
+allocation without any such list (Koordinator's own scheduler, or an fgpu before
+this field) names no container, and the node refuses to guess.
+
 Reading is tolerant, because Koordinator's own scheduler may have written the
 value: quantities may be numbers or strings, "id" may be missing, unknown keys
 and other device types ("rdma", "fpga") are ignored. Writing is exact and
@@ -43,6 +50,24 @@ class AllocationError(ValueError):
 
 
 @dataclass(frozen=True)
+class ContainerShare:
+    """One container's own part of a pod's GPU share.
+
+    Example: ``"main":{"koordinator.sh/gpu-core":"30","koordinator.sh/gpu-memory":"24Gi",
+    "koordinator.sh/gpu-memory-ratio":"30"}`` inside the entry's ``fgpu.io/containers``.
+    """
+
+    name: str
+    core_percent: int
+    memory_bytes: int
+    memory_ratio_percent: int
+
+    @property
+    def whole(self) -> bool:
+        return self.core_percent == _MAX_PERCENT and self.memory_ratio_percent == _MAX_PERCENT
+
+
+@dataclass(frozen=True)
 class GPUShare:
     """The part of one GPU a pod got.
 
@@ -58,6 +83,8 @@ class GPUShare:
     memory_ratio_percent: int
     #: UUID of the MIG instance when the share is one; empty otherwise.
     mig_uuid: str = ""
+    #: The containers that see this GPU, each with its own part; empty when the writer did not say.
+    containers: tuple[ContainerShare, ...] = ()
 
     @property
     def whole(self) -> bool:
@@ -73,6 +100,11 @@ class Allocation:
     """
 
     gpus: tuple[GPUShare, ...]
+
+    @property
+    def names_containers(self) -> bool:
+        """True when the allocation says which containers get which GPUs (fgpu's scheduler writes it)."""
+        return any(g.containers for g in self.gpus)
 
     @property
     def uuids(self) -> tuple[str, ...]:
@@ -91,18 +123,29 @@ def encode_allocation(allocation: Allocation) -> str:
         _check_share(share, where=f"gpus[{i}]")
         entry: dict[str, object] = {
             _MINOR: share.minor,
-            _RESOURCES: {
-                names.GPU_CORE: str(share.core_percent),
-                names.GPU_MEMORY: format_bytes(share.memory_bytes),
-                names.GPU_MEMORY_RATIO: str(share.memory_ratio_percent),
-            },
+            _RESOURCES: _resources(share.core_percent, share.memory_bytes, share.memory_ratio_percent),
         }
         if share.uuid:
             entry[_ID] = share.uuid
+        extension: dict[str, object] = {}
         if share.mig_uuid:
-            entry[_EXTENSION] = {names.ALLOCATION_MIG_UUID: share.mig_uuid}
+            extension[names.ALLOCATION_MIG_UUID] = share.mig_uuid
+        if share.containers:
+            extension[names.ALLOCATION_CONTAINERS] = {
+                c.name: _resources(c.core_percent, c.memory_bytes, c.memory_ratio_percent) for c in share.containers
+            }
+        if extension:
+            entry[_EXTENSION] = extension
         entries.append(entry)
     return json.dumps({names.DEVICE_TYPE_GPU: entries}, sort_keys=True, separators=(",", ":"))
+
+
+def _resources(core_percent: int, memory_bytes: int, memory_ratio_percent: int) -> dict[str, str]:
+    return {
+        names.GPU_CORE: str(core_percent),
+        names.GPU_MEMORY: format_bytes(memory_bytes),
+        names.GPU_MEMORY_RATIO: str(memory_ratio_percent),
+    }
 
 
 def decode_allocation(text: str) -> Allocation:
@@ -159,7 +202,48 @@ def _decode_entry(entry: object, *, where: str) -> GPUShare:
         memory_bytes=_whole_number(resources, names.GPU_MEMORY, where=where),
         memory_ratio_percent=_percent(resources, names.GPU_MEMORY_RATIO, where=where),
         mig_uuid=_mig_uuid(entry.get(_EXTENSION), where=where),
+        containers=_containers(entry.get(_EXTENSION), where=where),
     )
+
+
+def _containers(extension: object, *, where: str) -> tuple[ContainerShare, ...]:
+    if not isinstance(extension, dict) or names.ALLOCATION_CONTAINERS not in extension:
+        return ()
+    listed = extension[names.ALLOCATION_CONTAINERS]
+    field = f"{where}.extension[{names.ALLOCATION_CONTAINERS}]"
+    if not isinstance(listed, dict):
+        raise AllocationError(
+            f"{names.DEVICE_ALLOCATED}: {field} must be an object of container name to its share, got {_kind(listed)}"
+        )
+    out = []
+    for name, resources in sorted(listed.items()):
+        if not isinstance(resources, dict):
+            raise AllocationError(
+                f"{names.DEVICE_ALLOCATED}: {field}[{name}] must be an object of resource name to quantity, "
+                f"got {_kind(resources)}"
+            )
+        inner = f"{field}[{name}]"
+        out.append(ContainerShare(
+            name=name,
+            core_percent=_percent(resources, names.GPU_CORE, where=inner),
+            memory_bytes=_whole_number(resources, names.GPU_MEMORY, where=inner),
+            memory_ratio_percent=_percent(resources, names.GPU_MEMORY_RATIO, where=inner),
+        ))
+    return tuple(out)
+
+
+def lists_gpus(annotation: str | None) -> bool:
+    """Whether an annotation value is a GPU allocation: it lists a GPU, or cannot be read.
+
+    An empty allocation (`{"gpu":[]}`) grants nothing and is treated as none; one that
+    cannot be read is treated as a GPU allocation, so the node refuses it with the reason.
+    """
+    if not annotation:
+        return False
+    try:
+        return bool(decode_allocation(annotation).gpus)
+    except AllocationError:
+        return True
 
 
 def _whole_number(resources: Mapping[str, object], name: str, *, where: str) -> int:
@@ -210,6 +294,13 @@ def _check_share(share: GPUShare, *, where: str) -> None:
             problems.append(f"{field}={value} must be within 0..{_MAX_PERCENT} (one entry is one GPU)")
     if share.memory_bytes < 0:
         problems.append(f"memory_bytes={share.memory_bytes} must be >= 0")
+    for c in share.containers:
+        if not (0 <= c.core_percent <= share.core_percent and 0 <= c.memory_ratio_percent <= _MAX_PERCENT
+                and c.memory_bytes >= 0):
+            problems.append(f"container {c.name!r}: core {c.core_percent}, memory {c.memory_bytes}, ratio "
+                            f"{c.memory_ratio_percent} is not a part of the GPU's share")
+    if len({c.name for c in share.containers}) != len(share.containers):
+        problems.append("a container is listed twice")
     if problems:
         raise AllocationError(f"cannot encode allocation {where}: " + "; ".join(problems))
 

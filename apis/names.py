@@ -43,6 +43,10 @@ ALLOCATION_NODE: Final = "fgpu.io/allocation-node"
 #: instance UUID of a MIG share. Koordinator decodes "extension" into a struct,
 #: so its readers skip this key.
 ALLOCATION_MIG_UUID: Final = "fgpu.io/mig-uuid"
+#: Allocation entry extension key: which containers of the pod get this GPU, and each one's
+#: own share of it, e.g. {"main":{"koordinator.sh/gpu-core":"30",...}}. A container named in
+#: no entry gets no GPU. Koordinator skips extension keys it does not know.
+ALLOCATION_CONTAINERS: Final = "fgpu.io/containers"
 #: Comma-separated GPU models the pod may use (label-safe form, e.g. "A100-SXM4-80GB,H100-SXM5-80GB").
 GPU_MODEL_USE: Final = "fgpu.io/gpu-model-use"
 #: Comma-separated GPU models the pod must not use.
@@ -113,6 +117,18 @@ HAMI_MEMORY_LIMIT_PREFIX: Final = "CUDA_DEVICE_MEMORY_LIMIT_"
 HAMI_SM_LIMIT: Final = "CUDA_DEVICE_SM_LIMIT"
 #: HAMi-core: per-container shared cache file.
 HAMI_SHARED_CACHE: Final = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
+#: HAMi-core: memory limit for every device without its own CUDA_DEVICE_MEMORY_LIMIT_<i>.
+HAMI_MEMORY_LIMIT: Final = "CUDA_DEVICE_MEMORY_LIMIT"
+#: HAMi-core's off switch ("true" turns isolation off); the hook pins it to "false".
+HAMI_DISABLE_CONTROL: Final = "CUDA_DISABLE_CONTROL"
+#: HAMi-core: "true" lets device memory spill past the limit; pinned to "false".
+HAMI_OVERSUBSCRIBE: Final = "CUDA_OVERSUBSCRIBE"
+#: HAMi-core: "disable" ignores the compute limit; pinned to "default".
+HAMI_CORE_POLICY: Final = "GPU_CORE_UTILIZATION_POLICY"
+#: Name prefixes of every variable HAMi-core or the MPS client reads, for removing the pod's own.
+ISOLATION_ENV_PREFIXES: Final = ("CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT", "CUDA_MPS_")
+#: CUDA's own device filter; limits are indexed by CUDA ordinal, so a share pins it to 0..n-1.
+CUDA_VISIBLE_DEVICES: Final = "CUDA_VISIBLE_DEVICES"
 #: NVIDIA MPS: pipe directory of the MPS control daemon.
 MPS_PIPE_DIRECTORY: Final = "CUDA_MPS_PIPE_DIRECTORY"
 #: NVIDIA MPS: log directory.

@@ -35,7 +35,33 @@ from apis.quantity import format_bytes, parse_quantity
 from apis.request_checks import derive_request
 from apis.translation import KOORDINATOR_SOURCE, Term, TranslationRules, problem
 
-__all__ = ["DeviceRequest", "RequestError", "parse_pod", "pod_cpu_memory"]
+__all__ = ["ContainerRequest", "DeviceRequest", "RequestError", "container_requests", "parse_pod", "pod_cpu_memory"]
+
+
+@dataclass(frozen=True)
+class ContainerRequest:
+    """One container's own GPU request, for splitting the pod's allocation among its containers."""
+
+    name: str
+    kind: ContainerKind
+    request: DeviceRequest
+
+
+def container_requests(pod: Mapping[str, Any] | Any, *, rules: TranslationRules | None = None) -> list[ContainerRequest]:
+    """Each container that asks for GPUs, with its own request (init containers first, in spec order).
+
+    Raises RequestError when a container's request is invalid, as parse_pod does.
+    """
+    rules = rules if rules is not None else TranslationRules.default()
+    errors: list[str] = []
+    out: list[ContainerRequest] = []
+    for container in _containers(pod):
+        part = _container_part(container, rules, errors)
+        if part is not None:
+            out.append(ContainerRequest(name=part.name, kind=part.kind, request=part.request))
+    if errors:
+        raise RequestError(errors)
+    return out
 
 
 def parse_pod(pod: Mapping[str, Any] | Any, *, rules: TranslationRules | None = None) -> DeviceRequest | None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from apis import names
+from apis.allocation import lists_gpus
 from runtimeproxy.edits import Edits
 from runtimeproxy.errors import grpc_code
 from runtimeproxy.hookconfig import FailurePolicy, Stage
@@ -48,7 +49,8 @@ class PodFacts:
 
 
 def has_allocation(pod: PodFacts) -> bool:
-    return bool(pod.annotations.get(names.DEVICE_ALLOCATED))
+    """A GPU pod: its allocation lists a GPU (or cannot be read, so the hook refuses it with the reason)."""
+    return lists_gpus(pod.annotations.get(names.DEVICE_ALLOCATED))
 
 
 def bypasses_hooks(pod: PodFacts, *, hook_server_namespaces: Collection[str]) -> bool:

@@ -33,6 +33,7 @@ from apis.request import RequestError
 from apis.signing import allocation_annotations
 from apis.translation import TranslationRules
 from scheduler_plugin import boundpods, pods
+from scheduler_plugin.allocation_split import with_containers
 from scheduler_plugin.backend import Backend, Snapshot
 from scheduler_plugin.core.api import (
     Core,
@@ -72,11 +73,12 @@ class SignedAllocation:
 
     @property
     def annotation(self) -> str:
-        return self.annotations[names.DEVICE_ALLOCATED]
+        """Empty for a pod without GPUs, which carries no allocation."""
+        return self.annotations.get(names.DEVICE_ALLOCATED, "")
 
     @property
     def signature(self) -> str:
-        return self.annotations[names.ALLOCATION_SIGNATURE]
+        return self.annotations.get(names.ALLOCATION_SIGNATURE, "")
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,7 @@ class SchedulingService:
         request = self.request(pod)
         with self.metrics.timed(Phase.RESERVE), self._lock:
             allocation = self._reserve_locked(request, NodeName(node))
-        return self._signed(request.uid, NodeName(node), allocation)
+        return self._signed(pod, request.uid, NodeName(node), allocation)
 
     def unreserve(self, pod: Mapping[str, Any]) -> bool:
         """Releases a reservation; for the embedded backend also a bound pod. True when a bound pod was released."""
@@ -200,7 +202,7 @@ class SchedulingService:
         target = NodeName(node)
         with self.metrics.timed(Phase.RESERVE), self._lock:
             allocation = self._reserve_locked(request, target)
-        signed = self._signed(request.uid, target, allocation)
+        signed = self._signed(pod, request.uid, target, allocation)
         with self.metrics.timed(Phase.BIND):
             try:
                 self._backend.bind(pod=pod, node=target, annotations=signed.annotations)
@@ -427,11 +429,22 @@ class SchedulingService:
             self._bound[request.uid] = NodeName(pods.node_name(current))
         self._report_orphans(orphans)
 
-    def _signed(self, uid: PodUID, node: NodeName, allocation: Allocation) -> SignedAllocation:
+    def _signed(self, pod: Mapping[str, Any], uid: PodUID, node: NodeName, allocation: Allocation) -> SignedAllocation:
         if self._key is None:
             raise Unavailable("this scheduler has no signing key (read-only view); give --signing-key to bind")
+        if not allocation.gpus:
+            # A pod without GPUs carries no allocation: an empty one would read as a GPU pod on the node.
+            return SignedAllocation(node=node, allocation=allocation, annotations={})
+        allocation = with_containers(
+            pod, allocation, rules=self._rules(), gpu_memory=lambda: self._gpu_memory(node), where=pods.key(pod)
+        )
         annotations = allocation_annotations(self._key, pod_uid=uid, node_name=node, allocation=allocation)
         return SignedAllocation(node=node, allocation=allocation, annotations=annotations)
+
+    def _gpu_memory(self, node: NodeName) -> dict[str, int]:
+        with self._lock:
+            views = self._core.node_views([node])
+        return {g.device.uuid: g.device.memory_bytes for view in views for g in view.gpus}
 
     def _report_orphans(self, lines: Sequence[str]) -> None:
         # Each device update repeats the core's lines; report each orphan once.

@@ -12,7 +12,7 @@ from agent.hook import NO_ANSWER, HookRequest, HookSettings, decide
 from agent.isolation import Isolation, IsolationPaths
 from agent.pcitopology import InventoryTopology
 from apis import names
-from apis.allocation import Allocation, GPUShare, encode_allocation
+from apis.allocation import Allocation, ContainerShare, GPUShare, encode_allocation
 from apis.devices import ExternalHolder, NodeDevices
 from apis.signing import allocation_annotations
 from tests.agent.helpers import A100_MIG, T4, started_fake
@@ -28,9 +28,18 @@ def _devices(path: str = T4) -> NodeDevices:
     return discover(nvml, node_name=NODE, topology=InventoryTopology(inventory)).devices
 
 
-def _share(devices: NodeDevices, index: int, *, core: int = 50, memory: int = 4 * GiB, ratio: int = 25) -> GPUShare:
+def _share(
+    devices: NodeDevices, index: int, *, core: int = 50, memory: int = 4 * GiB, ratio: int = 25,
+    containers: tuple[ContainerShare, ...] | None = None,
+) -> GPUShare:
+    """A share of GPU `index`; by default all of it goes to the container "main" (as the scheduler writes it)."""
     gpu = devices.gpus[index]
-    return GPUShare(minor=gpu.minor, uuid=gpu.uuid, core_percent=core, memory_bytes=memory, memory_ratio_percent=ratio)
+    if containers is None:
+        containers = (ContainerShare("main", core, memory, ratio),)
+    return GPUShare(
+        minor=gpu.minor, uuid=gpu.uuid, core_percent=core, memory_bytes=memory, memory_ratio_percent=ratio,
+        containers=containers,
+    )
 
 
 def _request(annotations: dict[str, str], *, uid: str = POD_UID) -> HookRequest:
@@ -115,6 +124,7 @@ def test_a_mig_share_is_made_visible_by_its_mig_uuid() -> None:
     share = GPUShare(
         minor=gpu.minor, uuid=gpu.uuid, core_percent=100, memory_bytes=gpu.mig_instances[1].memory_bytes,
         memory_ratio_percent=100, mig_uuid=gpu.mig_instances[1].uuid,
+        containers=(ContainerShare("main", 100, gpu.mig_instances[1].memory_bytes, 100),),
     )
     decision = decide(_request(_signed(share)), devices=devices, settings=_settings(Isolation.HAMI_CORE))
     assert decision.edits is not None
@@ -228,7 +238,7 @@ def test_a_mig_instance_another_pod_holds_is_refused() -> None:
     mig = gpu.mig_instances[1]
     share = GPUShare(
         minor=gpu.minor, uuid=gpu.uuid, core_percent=100, memory_bytes=mig.memory_bytes,
-        memory_ratio_percent=100, mig_uuid=mig.uuid,
+        memory_ratio_percent=100, mig_uuid=mig.uuid, containers=(ContainerShare("main", 100, mig.memory_bytes, 100),),
     )
     held = {gpu.uuid: GPUHeld(mig={mig.uuid: frozenset({"other-pod"})})}
     decision = decide(_request(_signed(share)), devices=devices, settings=_settings(Isolation.HAMI_CORE), held=held)

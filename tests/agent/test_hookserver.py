@@ -20,7 +20,7 @@ from agent.isolation import Isolation, IsolationPaths
 from agent.metrics import AgentMetrics
 from agent.pcitopology import InventoryTopology
 from apis import names
-from apis.allocation import Allocation, GPUShare
+from apis.allocation import Allocation, ContainerShare, GPUShare
 from apis.devices import NodeDevices
 from apis.fgpu.v1 import hooks_pb2, hooks_pb2_grpc
 from apis.signing import SigningKeyError, allocation_annotations
@@ -84,7 +84,10 @@ def _request(
 
 def _signed(devices: NodeDevices, *, uid: str = UID, core: int = 50) -> dict[str, str]:
     gpu = devices.gpus[0]
-    share = GPUShare(minor=gpu.minor, uuid=gpu.uuid, core_percent=core, memory_bytes=2**32, memory_ratio_percent=25)
+    share = GPUShare(
+        minor=gpu.minor, uuid=gpu.uuid, core_percent=core, memory_bytes=2**32, memory_ratio_percent=25,
+        containers=(ContainerShare("main", core, 2**32, 25),),
+    )
     return allocation_annotations(KEY, pod_uid=uid, node_name=NODE, allocation=Allocation(gpus=(share,)))
 
 

@@ -130,7 +130,15 @@ def test_hook_server_pods_bypass_hooks_only_where_allowed(facts: PodFacts, allow
     assert policy.bypasses_hooks(facts, hook_server_namespaces=allowed) is bypass
 
 
-def test_allocation_is_read_from_the_pod_annotation() -> None:
-    assert policy.has_allocation(pod(annotations={names.DEVICE_ALLOCATED: "{}"}))
-    assert not policy.has_allocation(pod(annotations={names.DEVICE_ALLOCATED: ""}))
+def test_a_gpu_pod_is_one_whose_allocation_lists_a_gpu() -> None:
+    listed = '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50"}}]}'
+    assert policy.has_allocation(pod(annotations={names.DEVICE_ALLOCATED: listed}))
+    # An allocation that cannot be read is a GPU pod's (fail-closed: the hook refuses it with the reason).
+    assert policy.has_allocation(pod(annotations={names.DEVICE_ALLOCATED: "{not json"}))
+    assert policy.has_allocation(pod(annotations={names.DEVICE_ALLOCATED: '{"gpu":"x"}'}))
+
+
+@pytest.mark.parametrize("value", ["{}", '{"gpu":[]}', '{"rdma":[{"minor":0}]}', ""])
+def test_an_allocation_that_lists_no_gpu_is_no_allocation(value: str) -> None:
+    assert not policy.has_allocation(pod(annotations={names.DEVICE_ALLOCATED: value}))
     assert not policy.has_allocation(pod())
