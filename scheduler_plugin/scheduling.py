@@ -435,9 +435,14 @@ class SchedulingService:
         if not allocation.gpus:
             # A pod without GPUs carries no allocation: an empty one would read as a GPU pod on the node.
             return SignedAllocation(node=node, allocation=allocation, annotations={})
-        allocation = with_containers(
-            pod, allocation, rules=self._rules(), gpu_memory=lambda: self._gpu_memory(node), where=pods.key(pod)
-        )
+        try:
+            allocation = with_containers(
+                pod, allocation, rules=self._rules(), gpu_memory=lambda: self._gpu_memory(node), where=pods.key(pod)
+            )
+        except InvalidRequest:
+            with self._lock:
+                self._core.unreserve(uid)
+            raise
         annotations = allocation_annotations(self._key, pod_uid=uid, node_name=node, allocation=allocation)
         return SignedAllocation(node=node, allocation=allocation, annotations=annotations)
 
