@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from apis import names
-from apis.allocation import Allocation, AllocationError, ContainerShare, GPUShare, decode_allocation, encode_allocation
+from apis.allocation import (
+    Allocation,
+    AllocationError,
+    ContainerShare,
+    GPUShare,
+    decode_allocation,
+    encode_allocation,
+)
 from apis.container_split import SplitError, split_allocation
 from apis.pods import ContainerKind
 from apis.request import ContainerRequest, DeviceRequest, container_requests
