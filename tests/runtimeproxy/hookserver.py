@@ -4,7 +4,12 @@ For a pod carrying an allocation (the DEVICE_ALLOCATED annotation) its
 PreCreateContainer answer sets NVIDIA_VISIBLE_DEVICES to `GPU-<pod uid>` (so
 each container can be checked for its own pod's value), HAMi-style limit
 variables, a bind mount of a temp host dir at /fgpu-hook, and /dev/null as
-/dev/fake-nvidia0. Pods without an allocation get no edits.
+/dev/fake-nvidia0. Pods without an allocation, or whose allocation lists no
+GPU, get no edits, as the agent answers them.
+
+It checks no signature and gives every container the pod's GPUs: it stands in
+for the agent only where the proxy's own behaviour is under test. The real
+chain (scheduler, proxy, the agent's hook, containerd) is tests/e2e.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 import grpc
 
 from apis import names
+from apis.allocation import lists_gpus
 from apis.fgpu.v1 import hooks_pb2, hooks_pb2_grpc
 from apis.grpc_server import add_listener
 
@@ -71,7 +77,7 @@ class _Servicer(hooks_pb2_grpc.RuntimeHooksServicer):
         if b.reject:
             return hooks_pb2.HookResponse(rejection=hooks_pb2.Rejection(reason=b.reject))
         resp = hooks_pb2.HookResponse()
-        if request.pod.annotations.get(names.DEVICE_ALLOCATED):
+        if lists_gpus(request.pod.annotations.get(names.DEVICE_ALLOCATED)):
             resp.set_envs.extend([
                 hooks_pb2.KeyValue(key=names.NVIDIA_VISIBLE_DEVICES, value=gpu_value(request.pod.uid)),
                 hooks_pb2.KeyValue(key=names.HAMI_SM_LIMIT, value=SM_LIMIT),
