@@ -2,7 +2,7 @@
 
     # /etc/fgpu/agent.yaml (every key optional; defaults shown in docs/agent.md)
     nodeName: gpu-node-1
-    hookListen: unix:///var/run/fgpu/agent-hooks.sock
+    hookListen: unix:///var/run/fgpu-agent/hooks.sock
     isolation: hami-core
     signingKey: /etc/fgpu/signing.key
     pollInterval: 1s
@@ -39,7 +39,9 @@ from agent.isolation import Isolation, IsolationPaths
 from apis import names
 from apis.grpc_server import AddressError, parse_address
 
-DEFAULT_HOOK_LISTEN = "unix:///var/run/fgpu/agent-hooks.sock"
+#: In a directory of its own, the only host runtime directory the agent gets: /var/run/fgpu holds
+#: the runtime proxy's CRI socket (kubelet's endpoint) and admin socket, which the agent must not reach.
+DEFAULT_HOOK_LISTEN = "unix:///var/run/fgpu-agent/hooks.sock"
 DEFAULT_SIGNING_KEY = "/etc/fgpu/signing.key"
 
 

@@ -1,12 +1,20 @@
 """Hook server registrations: YAML files in a directory the proxy watches.
 
-    # /etc/fgpu/hooks.d/10-fgpu-agent.yaml
+    # /etc/fgpu/hooks.d/10-fgpu-agent.yaml (hack/systemd/10-fgpu-agent-hook.yaml)
     hooks:
       - name: fgpu-agent
-        endpoint: unix:///var/run/fgpu/agent-hooks.sock
-        stages: [PreCreateContainer, PostStopContainer]
-        failurePolicy: Fail        # or Ignore
+        endpoint: unix:///var/run/fgpu-agent/hooks.sock
+        stages: [PreCreateContainer, PostStopPodSandbox]
+        failurePolicy: Ignore      # or Fail, the default when the key is left out
         timeout: 2s                # per call; "500ms", "2s" or a number of seconds
+
+failurePolicy says what a failed or timed-out call does to the CRI call: Fail
+refuses a Pre* call, Ignore skips the hook. A container whose pod carries a
+GPU allocation is refused at PreCreateContainer whenever a hook fails, under
+either policy (runtimeproxy/policy.py), so the GPU hook registers with Ignore:
+while it is down, every other pod on the node (CNI, kube-proxy, ...) is still
+created, with NVIDIA_VISIBLE_DEVICES=void. A hook that registers without the
+key gets Fail, the safe default for a hook whose edits every pod needs.
 
 A file may also hold a single registration (the mapping without `hooks:`).
 Servers are called in file-name order, then in order within a file, and
@@ -97,7 +105,7 @@ def parse_hook(entry: object, *, where: str) -> HookServer:
     where = f"{where} ({name})"
     endpoint = entry.get("endpoint")
     if not isinstance(endpoint, str) or not endpoint:
-        raise ConfigError(f"{where}.endpoint={endpoint!r}: expected unix:///PATH, e.g. unix:///var/run/fgpu/agent.sock")
+        raise ConfigError(f"{where}.endpoint={endpoint!r}: expected unix:///PATH, e.g. unix:///var/run/fgpu-agent/hooks.sock")
     try:
         parse_address(endpoint, field=f"{where}.endpoint")
     except AddressError as exc:

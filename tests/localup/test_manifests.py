@@ -162,8 +162,8 @@ def test_the_agent_config_loads_with_the_agents_own_loader_and_its_paths_are_mou
     config = parse_config(embedded_yaml("ConfigMap", "fgpu-agent-config", "agent.yaml"), source="fgpu-agent-config")
     agent = find("DaemonSet", "fgpu-agent")
     hook_socket = config.hook_listen.removeprefix("unix://")
-    assert Path(hook_socket).parent.as_posix() == mount_path_of(agent, "agent", "run-fgpu")
-    assert volume(agent, "run-fgpu")["hostPath"]["path"] in ("/var/run/fgpu", "/run/fgpu")
+    assert Path(hook_socket).parent.as_posix() == mount_path_of(agent, "agent", "run-fgpu-agent")
+    assert volume(agent, "run-fgpu-agent")["hostPath"] == {"path": "/var/run/fgpu-agent", "type": "DirectoryOrCreate"}
     assert config.proc_root == mount_path_of(agent, "agent", "host-proc")
     assert volume(agent, "host-proc")["hostPath"]["path"] == "/proc"
     checkpoint_dir = mount_path_of(agent, "agent", "device-plugins")
@@ -173,6 +173,43 @@ def test_the_agent_config_loads_with_the_agents_own_loader_and_its_paths_are_mou
     # The agent creates these on the host for GPU containers, so it sees them at their host path.
     for name, path in (("hami-cache", config.isolation_paths.hami_cache_root), ("hami-lock", config.isolation_paths.hami_lock_dir)):
         assert mount_path_of(agent, "agent", name) == path == volume(agent, name)["hostPath"]["path"]
+
+
+def _on_host(path: str) -> Path:
+    """A host path with /var/run spelt /run (the one is a link to the other)."""
+    p = Path(path.removeprefix("unix://"))
+    return Path("/run") / p.relative_to("/var/run") if p.is_relative_to("/var/run") else p
+
+
+def test_the_agent_cannot_reach_the_proxys_cri_or_admin_socket() -> None:
+    """The proxy's sockets sit in /var/run/fgpu; the agent mounts only its own /var/run/fgpu-agent."""
+    agent = find("DaemonSet", "fgpu-agent")
+    proxy = ProxyConfig()
+    proxy_sockets = {_on_host(proxy.listen), _on_host(proxy.admin_listen)}
+    assert {s.parent for s in proxy_sockets} == {Path("/run/fgpu")}
+    for vol in pod_spec(agent)["volumes"]:
+        if "hostPath" in vol:
+            mounted = _on_host(vol["hostPath"]["path"])
+            # neither the socket's directory nor any directory above it (/run, /var, /)
+            assert not any(mounted in s.parents for s in proxy_sockets), f"{vol['name']} exposes {proxy_sockets}"
+    config = parse_config(embedded_yaml("ConfigMap", "fgpu-agent-config", "agent.yaml"), source="fgpu-agent-config")
+    assert _on_host(config.hook_listen).parent == Path("/run/fgpu-agent")
+
+
+def test_the_agent_runs_on_the_host_network_so_it_never_waits_for_the_cni() -> None:
+    agent = find("DaemonSet", "fgpu-agent")
+    spec = pod_spec(agent)
+    assert spec["hostNetwork"] is True
+    assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    config = parse_config(embedded_yaml("ConfigMap", "fgpu-agent-config", "agent.yaml"), source="fgpu-agent-config")
+    # The metrics port is a host port now: the container port and the probe must match what the agent binds.
+    _host, _, port = config.metrics_listen.rpartition(":")
+    ports = {p["name"]: p for p in container(agent, "agent")["ports"]}
+    assert ports["metrics"]["containerPort"] == int(port)
+    assert "hostPort" not in ports["metrics"] or ports["metrics"]["hostPort"] == int(port)
+    assert container(agent, "agent")["livenessProbe"]["httpGet"]["port"] == "metrics"
+    # Bound on every address, so kubelet's probe at the node IP reaches it.
+    assert _host in ("", "0.0.0.0")
 
 
 def test_the_agent_gets_its_node_name_from_the_downward_api() -> None:

@@ -191,7 +191,10 @@ def test_runtime_down_gives_a_clear_error_and_recovers_without_restart(fake_rig:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-    assert "unreachable" in (err.value.details() or "") or err.value.code() is grpc.StatusCode.UNAVAILABLE
+    # the refusal is the proxy's own, naming the runtime it could not reach, not a bare transport error
+    details = err.value.details() or ""
+    assert f"the container runtime at {fake_runtime.address} is unreachable" in details, details
+    assert details.startswith("fgpu-runtime-proxy: "), details
     assert got == b"back"
 
 
