@@ -10,9 +10,15 @@ Fed by PreCreateContainer admissions, released by PostStopPodSandbox (and,
 with a Kubernetes client or a CRI endpoint, by `agent.admissionsweep` for
 pods whose PostStopPodSandbox never arrived; hence each entry's admission time).
 Recording a pod UID again replaces its entry, so restarts and several
-containers of one pod never count twice. The ledger lives in memory: after an
-agent restart it starts empty, which only lets the next admissions through
-without the pods that were already running, never blocks anyone.
+containers of one pod never count twice.
+
+The ledger lives in memory, so after an agent restart it is rebuilt
+(`agent.ledger_rebuild`) from the verified allocations of the pods still
+running on the node, listed from Kubernetes or the container runtime, before
+the hook admits anyone. When that listing fails the ledger starts empty (the
+next admissions go through without counting the running pods, never blocking
+anyone) and the rebuild is retried until a listing succeeds; `restore` then
+adds only the pods the hook has not recorded itself in the meantime.
 """
 
 from __future__ import annotations
@@ -94,6 +100,23 @@ class AdmissionLedger:
         with self.lock:
             self._pods[pod_uid] = tuple(holds)
             self._admitted_at[pod_uid] = self._clock()
+
+    def restore(self, entries: Iterable[tuple[str, tuple[Hold, ...]]]) -> list[str]:
+        """Record the entries whose pod is not in the ledger yet; the UIDs restored.
+
+        For the rebuild after a restart: an entry recorded by a real admission
+        since then is newer than any listing, so it wins.
+        """
+        restored: list[str] = []
+        with self.lock:
+            now = self._clock()
+            for pod_uid, holds in entries:
+                if pod_uid in self._pods:
+                    continue
+                self._pods[pod_uid] = tuple(holds)
+                self._admitted_at[pod_uid] = now
+                restored.append(pod_uid)
+        return restored
 
     def release(self, *, pod_uid: str) -> bool:
         """Forget `pod_uid`; True when it was admitted. Releasing an unknown pod is fine."""

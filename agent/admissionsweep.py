@@ -20,7 +20,7 @@ import enum
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from agent.admissions import AdmissionLedger
@@ -38,10 +38,19 @@ class SweepReason(enum.Enum):
 
 @dataclass(frozen=True)
 class PodSeen:
-    """A pod a source listed on this node; `finished` when it will run nothing more."""
+    """A pod a source listed on this node; `finished` when it will run nothing more.
+
+    The sweep needs only `uid` and `finished`; the ledger rebuild
+    (`agent.ledger_rebuild`) also reads the pod's annotations, where its signed
+    GPU allocation is, so one listing serves both.
+    """
 
     uid: str
     finished: bool = False
+    #: "namespace/name" for logs; empty when the source did not say.
+    name: str = ""
+    #: Excluded from the hash: a dict cannot be hashed, and the UID already identifies the pod.
+    annotations: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 class PodSource(Protocol):

@@ -8,7 +8,8 @@ any gRPC failure becomes `agent.errors.RuntimeUnavailable`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -23,11 +24,18 @@ _LIST_POD_SANDBOX = f"/{names.CRI_RUNTIME_SERVICE}/ListPodSandbox"
 
 @dataclass(frozen=True)
 class Sandbox:
-    """One pod sandbox as the runtime lists it; `pod_uid` is the Kubernetes pod UID."""
+    """One pod sandbox as the runtime lists it; `pod_uid` is the Kubernetes pod UID.
+
+    `annotations` are the pod's: kubelet copies them into the sandbox config,
+    so the signed GPU allocation can be read here without Kubernetes.
+    """
 
     id: str
     pod_uid: str
     ready: bool
+    pod_name: str = ""
+    pod_namespace: str = ""
+    annotations: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 class RuntimeClient:
@@ -56,7 +64,14 @@ class RuntimeClient:
                 "check that it runs and that runtimeEndpoint names its CRI socket"
             ) from err
         return [
-            Sandbox(id=item.id, pod_uid=item.metadata.uid, ready=item.state == cri.SANDBOX_READY)
+            Sandbox(
+                id=item.id,
+                pod_uid=item.metadata.uid,
+                ready=item.state == cri.SANDBOX_READY,
+                pod_name=item.metadata.name,
+                pod_namespace=item.metadata.namespace,
+                annotations=dict(item.annotations),
+            )
             for item in response.items
         ]
 

@@ -5,9 +5,14 @@
                         ├──► ReportLoop("kubernetes") ─► KubeReporter
                         └──► ReportLoop("scheduler")  ─► SchedulerReporter
     AdmissionLedger ◄── ReportLoop("admission-sweep") ◄─ KubePods | RuntimePods (CRI)
+                    ◄── LedgerRebuilder (at start, and with the sweep until one listing succeeds)
+
+Start order: the NVML worker, then (with a pod source) one ledger rebuild once
+the first discovery is in, then the hook server, so a restarted agent counts
+the pods already running before it admits a new one (`agent.ledger_rebuild`).
 
 Nothing here decides anything: the decisions live in `agent.health`,
-`agent.hook` and `agent.reporting`.
+`agent.hook`, `agent.reporting`, `agent.admissionsweep` and `agent.ledger_rebuild`.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from prometheus_client import start_http_server
@@ -26,10 +32,12 @@ from agent.cgroups import PidResolver
 from agent.checkpoint import CheckpointReader
 from agent.config import AgentConfig
 from agent.criclient import RuntimeClient
+from agent.errors import KubeAPIError, RuntimeUnavailable
 from agent.health import HealthTracker
 from agent.hook import HookSettings
 from agent.hookserver import GPUHookServicer, HookServer
 from agent.kube import Kube
+from agent.ledger_rebuild import LedgerRebuilder
 from agent.metrics import AgentMetrics
 from agent.nodestate import NodeState
 from agent.nvmlapi import NVML
@@ -43,6 +51,10 @@ from apis.devices import NodeDevices
 from apis.signing import SigningKeyError, load_key
 
 log = logging.getLogger(__name__)
+
+#: How long start() waits for the first discovery before the hook serves without a rebuilt ledger
+#: (the hook then holds admissions back itself, see `_hook_devices`).
+DISCOVERY_WAIT_S = 10.0
 
 
 class SigningKey:
@@ -72,8 +84,10 @@ class Agent:
         scheduler: SchedulerReporter | None = None,
         metrics: AgentMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        discovery_wait_s: float = DISCOVERY_WAIT_S,
     ) -> None:
         self.config = config
+        self._discovery_wait_s = discovery_wait_s
         self.node_name = node_name
         self.metrics = metrics or AgentMetrics()
         self.state = NodeState(
@@ -101,14 +115,16 @@ class Agent:
         self.hook = HookServer(
             listen=config.hook_listen,
             servicer=GPUHookServicer(
-                devices=self.state.devices, settings=self._hook_settings, metrics=self.metrics, ledger=self.ledger
+                devices=self._hook_devices, settings=self._hook_settings, metrics=self.metrics, ledger=self.ledger
             ),
         )
         self.loops: list[ReportLoop] = []
         self.kube_reporter: KubeReporter | None = None
-        #: Not in `loops`: device changes say nothing about pods, so they do not poke it.
+        #: Not in `loops`: device changes say nothing about pods; they poke it only while the
+        #: ledger rebuild still waits for GPUs.
         self.sweep_loop: ReportLoop | None = None
         self._runtime: RuntimeClient | None = None
+        self.rebuilder: LedgerRebuilder | None = None
         pods: PodSource | None = None
         if kube is not None:
             pods = KubePods(kube, node_name=node_name)
@@ -118,11 +134,28 @@ class Agent:
             self._runtime = RuntimeClient(config.runtime_endpoint)
             pods = RuntimePods(self._runtime, node_name=node_name)
         if pods is not None:
+            rebuilder = LedgerRebuilder(
+                pods, ledger=self.ledger, metrics=self.metrics, node_name=node_name,
+                key=self._key.get, devices=self.state.devices,
+            )
+            self.rebuilder = rebuilder
             sweeper = AdmissionSweeper(
                 pods, ledger=self.ledger, metrics=self.metrics, grace_s=config.admission_sweep_grace_s, clock=clock
             )
+
+            def sweep() -> None:
+                # Until one listing succeeded the rebuild rides on the sweep: a failed listing
+                # raises here and the loop retries with backoff, then every sweep period.
+                rebuilder.rebuild()
+                sweeper.sweep()
+
             self.sweep_loop = ReportLoop(
-                target="admission-sweep", report=sweeper.sweep, resync_s=config.admission_sweep_s, metrics=self.metrics
+                target="admission-sweep", report=sweep, resync_s=config.admission_sweep_s, metrics=self.metrics
+            )
+        else:
+            log.warning(
+                "admission ledger starts empty: with neither a Kubernetes client nor runtimeEndpoint the agent "
+                "cannot list the pods already running, so after a restart it does not count their GPU shares"
             )
         if kube is not None:
             reporter = KubeReporter(kube, node_name=node_name, advertise_nvidia_gpu=config.advertise_nvidia_gpu)
@@ -152,8 +185,10 @@ class Agent:
         self.state.on_change(self._devices_changed)
 
     def start(self) -> None:
-        self.hook.start()
         self.worker.start()
+        if self.rebuilder is not None:
+            self._rebuild_ledger(self.rebuilder)
+        self.hook.start()
         for loop in self.loops:
             loop.start()
         if self.sweep_loop is not None:
@@ -194,6 +229,38 @@ class Agent:
             paths=self.config.isolation_paths,
         )
 
+    def _rebuild_ledger(self, rebuilder: LedgerRebuilder) -> None:
+        """One rebuild before the hook serves: after the first discovery, bounded by `discovery_wait_s`."""
+        deadline = time.monotonic() + self._discovery_wait_s
+        while not self.state.ready() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        try:
+            rebuilder.rebuild()
+        except (KubeAPIError, RuntimeUnavailable):
+            pass  # logged by the rebuilder; retried with the sweep
+        except Exception:
+            # The agent starts whatever the rebuild does; the sweep loop tries again.
+            log.exception("admission ledger rebuild failed unexpectedly; starting with an empty ledger")
+
+    def _hook_devices(self) -> NodeDevices:
+        """The devices as the hook sees them: not ready while a possible ledger rebuild has not been tried.
+
+        Covers GPUs or the key arriving after start(): admitting then would
+        ignore the pods already running. Asking wakes the sweep loop, which
+        rebuilds; kubelet retries the refused container.
+        """
+        devices = self.state.devices()
+        rebuilder = self.rebuilder
+        if rebuilder is None or rebuilder.tried or devices.discovery_error:
+            return devices
+        if self.sweep_loop is not None:
+            self.sweep_loop.poke()
+        return replace(
+            devices,
+            discovery_error="the agent is restoring its record of the GPU shares held by the pods already "
+            "running here; kubelet retries in a moment",
+        )
+
     def _when_ready(self, report: Callable[[NodeDevices], None]) -> None:
         # Until NVML has been tried once the picture is "no GPUs, not initialised"; writing it
         # would flap the node's GPU resources to zero on every agent restart.
@@ -203,6 +270,8 @@ class Agent:
     def _devices_changed(self, devices: NodeDevices) -> None:
         for loop in self.loops:
             loop.poke()
+        if self.rebuilder is not None and self.rebuilder.pending and self.sweep_loop is not None:
+            self.sweep_loop.poke()
 
 
 class _Resync:

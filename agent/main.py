@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--runtime-endpoint",
         help="container runtime CRI socket, e.g. unix:///run/containerd/containerd.sock; "
-        "without Kubernetes, the admission sweep lists its pod sandboxes",
+        "without Kubernetes, the admission sweep and the ledger rebuild at start list its pod sandboxes",
     )
     p.add_argument("--metrics-listen", help="Prometheus endpoint HOST:PORT (empty string disables it)")
     p.add_argument("--once", action="store_true", help="discover once, report (or print) and exit")

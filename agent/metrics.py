@@ -59,6 +59,16 @@ class AgentMetrics:
             "Admission ledger entries released because the pod was gone or finished (PostStopPodSandbox missed).",
             ["reason"], registry=r,
         )
+        self.admissions_restored = Counter(
+            "fgpu_agent_admissions_restored_total",
+            "Admission ledger entries restored after an agent start from the verified allocations of running pods.",
+            registry=r,
+        )
+        self.admissions_not_restored = Counter(
+            "fgpu_agent_admissions_not_restored_total",
+            "Running pods with an allocation that the ledger rebuild did not count (unverified, holds nothing).",
+            ["reason"], registry=r,
+        )
         self.hook_decisions = Counter(
             "fgpu_agent_hook_decisions_total", "PreCreateContainer answers.", ["outcome"], registry=r
         )

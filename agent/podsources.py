@@ -1,7 +1,9 @@
-"""The admission sweep's two `PodSource`s: the Kubernetes API and the container runtime (CRI).
+"""The admission sweep's and the ledger rebuild's two `PodSource`s: the Kubernetes API and the container runtime (CRI).
 
-Each turns what its peer lists into `PodSeen` values; the decision which
-ledger entries to release stays in `agent.admissionsweep.stale_admissions`.
+Each turns what its peer lists into `PodSeen` values (UID, finished, name,
+annotations); the decisions stay in `agent.admissionsweep.stale_admissions`
+(which entries to release) and `agent.ledger_rebuild.restored_admissions`
+(which entries to restore after a restart).
 """
 
 from __future__ import annotations
@@ -21,10 +23,16 @@ def pods_seen(items: Iterable[JSON]) -> list[PodSeen]:
     for item in items:
         meta = item.get("metadata")
         status = item.get("status")
-        uid = meta.get("uid") if isinstance(meta, dict) else None
+        meta = meta if isinstance(meta, dict) else {}
+        uid = meta.get("uid")
         phase = status.get("phase") if isinstance(status, dict) else None
         if isinstance(uid, str) and uid:
-            seen.append(PodSeen(uid=uid, finished=phase in FINISHED_PHASES))
+            seen.append(PodSeen(
+                uid=uid,
+                finished=phase in FINISHED_PHASES,
+                name=_name(meta.get("namespace"), meta.get("name")),
+                annotations=_text_map(meta.get("annotations")),
+            ))
     return seen
 
 
@@ -32,9 +40,32 @@ def sandboxes_seen(sandboxes: Iterable[Sandbox]) -> list[PodSeen]:
     """Sandboxes -> PodSeen: a NOTREADY (stopped) sandbox is a finished pod.
 
     A pod whose sandbox was recreated is listed twice, the old one stopped;
-    `stale_admissions` keeps it while any of them is ready.
+    `stale_admissions` keeps it while any of them is ready, and the rebuild
+    reads the ready one.
     """
-    return [PodSeen(uid=s.pod_uid, finished=not s.ready) for s in sandboxes if s.pod_uid]
+    return [
+        PodSeen(
+            uid=s.pod_uid,
+            finished=not s.ready,
+            name=_name(s.pod_namespace, s.pod_name),
+            annotations=s.annotations,
+        )
+        for s in sandboxes
+        if s.pod_uid
+    ]
+
+
+def _name(namespace: object, name: object) -> str:
+    if not isinstance(name, str) or not name:
+        return ""
+    return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
+
+
+def _text_map(value: object) -> dict[str, str]:
+    # The API only stores strings here; anything else is not an annotation we could verify.
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 class KubePods:

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import grpc
 import pytest
@@ -17,6 +18,7 @@ from agent.admissionsweep import AdmissionSweeper, SweepReason
 from agent.config import AgentConfig, parse_config
 from agent.criclient import RuntimeClient
 from agent.daemon import Agent
+from agent.discovery import discover
 from agent.errors import ConfigError, RuntimeUnavailable
 from agent.fakenvml import FakeNVML
 from agent.inventory import load_inventory
@@ -24,13 +26,25 @@ from agent.main import build_parser, load_settings
 from agent.metrics import AgentMetrics
 from agent.pcitopology import InventoryTopology
 from agent.podsources import RuntimePods
-from tests.agent.helpers import T4
+from apis.allocation import Allocation, ContainerShare, GPUShare
+from apis.devices import NodeDevices
+from apis.fgpu.v1 import hooks_pb2, hooks_pb2_grpc
+from apis.signing import allocation_annotations
+from tests.agent.helpers import T4, started_fake
 from tests.containerd.fixtures import containerd  # noqa: F401 - a fixture
 from tests.containerd.harness import Containerd
 from tests.runtimeproxy.kubelet import Kubelet, Pod, PodSpec
 
 NODE = "gpu-node-1"
 GRACE = 120.0
+
+
+def _t4_devices() -> NodeDevices:
+    nvml, inventory = started_fake(T4)
+    return discover(nvml, node_name=NODE, topology=InventoryTopology(inventory)).devices
+
+
+T4_DEVICES = _t4_devices()
 
 
 class Clock:
@@ -76,13 +90,20 @@ def sweeper(runtime: RuntimeClient, ledger: AdmissionLedger, metrics: AgentMetri
     )
 
 
+class RunPod(Protocol):
+    def __call__(self, name: str, *, annotations: Callable[[str], dict[str, str]] | None = None) -> Pod: ...
+
+
 @pytest.fixture
-def pods(kubelet: Kubelet) -> Iterator[Callable[[str], Pod]]:
-    """Runs host-network sandboxes; removes whatever is left of them after the test."""
+def pods(kubelet: Kubelet) -> Iterator[RunPod]:
+    """Runs host-network sandboxes, annotated with `annotations(pod uid)`; removes what is left of them after the test."""
     started: list[Pod] = []
 
-    def run(name: str) -> Pod:
-        pod = kubelet.run_pod(PodSpec(name=name, namespace="team-a"))
+    def run(name: str, *, annotations: Callable[[str], dict[str, str]] | None = None) -> Pod:
+        spec = PodSpec(name=name, namespace="team-a")
+        if annotations is not None:
+            spec.annotations = annotations(spec.uid)
+        pod = kubelet.run_pod(spec)
         started.append(pod)
         return pod
 
@@ -101,7 +122,7 @@ def _swept(metrics: AgentMetrics, reason: str) -> float:
 
 
 def test_the_runtime_lists_sandboxes_with_the_pod_uid_and_their_state(
-    kubelet: Kubelet, runtime: RuntimeClient, pods: Callable[[str], Pod]
+    kubelet: Kubelet, runtime: RuntimeClient, pods: RunPod
 ) -> None:
     pod = pods("listed")
     listed = {s.id: s for s in runtime.list_pod_sandboxes()}
@@ -113,7 +134,7 @@ def test_the_runtime_lists_sandboxes_with_the_pod_uid_and_their_state(
 
 def test_entries_of_stopped_and_removed_sandboxes_are_released_after_the_grace_and_a_ready_one_stays(
     kubelet: Kubelet, sweeper: AdmissionSweeper, ledger: AdmissionLedger, metrics: AgentMetrics, clock: Clock,
-    pods: Callable[[str], Pod],
+    pods: RunPod,
 ) -> None:
     ready, stopped, removed = pods("ready"), pods("stopped"), pods("removed")
     for pod in (ready, stopped, removed):
@@ -177,7 +198,7 @@ def _wait(condition: Callable[[], bool], *, timeout: float = 20.0) -> None:
 
 
 def test_the_running_agent_without_kubernetes_sweeps_through_the_runtime_and_survives_it_being_away(
-    containerd: Containerd, pods: Callable[[str], Pod]  # noqa: F811
+    containerd: Containerd, pods: RunPod  # noqa: F811
 ) -> None:
     alive = pods("alive")
     # Short: a unix socket path must fit in 108 bytes. The endpoint is a link made only later:
@@ -212,5 +233,78 @@ def test_the_running_agent_without_kubernetes_sweeps_through_the_runtime_and_sur
             "fgpu_agent_report_errors_total", {"target": "admission-sweep"}
         ) == loop.failures
     finally:
+        agent.stop(2)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --- the ledger rebuild from the runtime's sandboxes -------------------------------------------------
+
+KEY = b"runtime-rebuild-test-key"
+
+
+def _t4_share(index: int, core: int) -> GPUShare:
+    gpu = T4_DEVICES.gpus[index]
+    memory = 4 * 2**30
+    return GPUShare(
+        minor=gpu.minor, uuid=gpu.uuid, core_percent=core, memory_bytes=memory, memory_ratio_percent=25,
+        containers=(ContainerShare("main", core, memory, 25),),
+    )
+
+
+def _signed(*shares: GPUShare) -> Callable[[str], dict[str, str]]:
+    return lambda uid: allocation_annotations(KEY, pod_uid=uid, node_name=NODE, allocation=Allocation(gpus=shares))
+
+
+def _hook_request(uid: str, annotations: dict[str, str]) -> hooks_pb2.ContainerHookRequest:
+    return hooks_pb2.ContainerHookRequest(
+        pod=hooks_pb2.PodSandboxMeta(name=f"pod-{uid}", namespace="team-a", uid=uid, annotations=annotations),
+        container=hooks_pb2.ContainerMeta(name="main"),
+    )
+
+
+def test_the_runtime_lists_each_sandbox_with_its_pod_name_and_annotations(
+    runtime: RuntimeClient, pods: RunPod
+) -> None:
+    pod = pods("annotated", annotations=lambda uid: {"example.com/owner": uid})
+    listed = {s.id: s for s in runtime.list_pod_sandboxes()}[pod.sandbox_id]
+    assert (listed.pod_namespace, listed.pod_name) == ("team-a", "annotated")
+    assert listed.annotations["example.com/owner"] == pod.spec.uid
+
+
+def test_a_restarted_agent_without_kubernetes_counts_the_gpu_shares_of_the_ready_sandboxes(
+    containerd: Containerd, kubelet: Kubelet, pods: RunPod  # noqa: F811
+) -> None:
+    running = pods("holds-gpu0", annotations=_signed(_t4_share(0, 60)))
+    stopped = pods("held-gpu1", annotations=_signed(_t4_share(1, 100)))
+    kubelet.stop_pod(stopped)
+    tmp = tempfile.mkdtemp(prefix="fgpu-crirb-")
+    with open(os.path.join(tmp, "signing.key"), "wb") as f:
+        f.write(KEY + b"\n")
+    config = AgentConfig(
+        node_name=NODE,
+        report_to_kubernetes=False,
+        runtime_endpoint=containerd.address,
+        hook_listen=f"unix://{tmp}/hooks.sock",
+        signing_key=os.path.join(tmp, "signing.key"),
+        metrics_listen="",
+        checkpoint_path=os.path.join(tmp, "no-checkpoint"),
+        proc_root=os.path.join(tmp, "proc"),
+    )
+    inventory = load_inventory(T4)
+    # A fresh agent object with an empty ledger: what a restart leaves.
+    agent = Agent(config, node_name=NODE, nvml=FakeNVML(inventory), topology=InventoryTopology(inventory))
+    agent.start()
+    channel = grpc.insecure_channel(f"unix://{tmp}/hooks.sock")
+    hook = hooks_pb2_grpc.RuntimeHooksStub(channel)  # type: ignore[no-untyped-call]
+    try:
+        assert set(agent.ledger.pods()) == {running.spec.uid}
+        late = "late-pod-uid"
+        over = hook.PreCreateContainer(_hook_request(late, _signed(_t4_share(0, 50))(late)), timeout=5)
+        assert f"held by 1 pod(s) already admitted on this node ({running.spec.uid})" in over.rejection.reason
+        # The stopped sandbox's claim on all of GPU 1 holds nothing.
+        fits = hook.PreCreateContainer(_hook_request(late, _signed(_t4_share(1, 50))(late)), timeout=5)
+        assert not fits.HasField("rejection"), fits.rejection.reason
+    finally:
+        channel.close()
         agent.stop(2)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,206 @@
+"""Rebuilding the admission ledger after an agent start, from the running pods' verified allocations.
+
+The ledger (`agent.admissions`) lives in memory, so a restarted agent would
+forget every pod it admitted and let a new pod overcommit their GPUs. At
+start it asks its `PodSource` (the Kubernetes API, or without it the
+container runtime over CRI) which pods run on the node and restores an entry
+for each one whose allocation verifies: signed with the cluster key for that
+pod UID on this node (`apis.signing.verify_pod_annotations`). An allocation
+that does not verify is not counted and is logged with the pod and the
+reason, so a forged annotation cannot block GPUs. What a pod holds is
+`agent.hook.holds_of`, which counts a share even on a GPU that is unhealthy
+now: a rebuild can only make GPUs look fuller, never freer.
+
+Order at start (`agent.daemon.Agent.start`): the NVML worker first, then one
+rebuild once discovery has produced devices, then the hook server. The
+rebuild needs the devices (to resolve shares to GPUs) and the signing key;
+while either is missing it waits (the hook refuses allocations then anyway),
+and the agent's hook sees the node as not ready until one rebuild has been
+tried with both in hand.
+
+A failed listing (API server or runtime down) does not stop the agent: it
+logs a warning, the ledger stays empty (admissions go on without counting the
+running pods), and the rebuild is retried with the admission sweep, on its
+backoff and period, until one listing succeeds. Restoring merges: an entry a
+real admission recorded in the meantime wins, and the rebuild never releases
+anything (releasing is the sweep's job).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from agent.admissions import AdmissionLedger, Hold
+from agent.admissionsweep import PodSeen, PodSource
+from agent.hook import holds_of
+from agent.metrics import AgentMetrics
+from apis import names
+from apis.allocation import AllocationError
+from apis.devices import NodeDevices
+from apis.signing import SignatureError, SigningKeyError, verify_pod_annotations
+
+log = logging.getLogger(__name__)
+
+
+class SkipReason(enum.Enum):
+    #: Finished pod (phase Succeeded/Failed) or no READY sandbox: it holds nothing any more.
+    FINISHED = "finished"
+    #: The signature does not match this pod and node, or the signed value cannot be read.
+    UNVERIFIED = "unverified"
+    #: Verified, but lists no GPU, or none of its GPUs is on the node now.
+    HOLDS_NOTHING = "holds-nothing"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A listed pod with an allocation that the rebuild did not count, and why."""
+
+    uid: str
+    #: "namespace/name (uid)", for logs.
+    pod: str
+    reason: SkipReason
+    detail: str
+
+
+@dataclass(frozen=True)
+class Restored:
+    """The rebuild's decision: (pod UID, holds) to restore, and the pods left out."""
+
+    entries: tuple[tuple[str, tuple[Hold, ...]], ...]
+    skipped: tuple[Skipped, ...]
+
+
+def restored_admissions(
+    pods: Iterable[PodSeen], *, key: bytes, node_name: str, devices: NodeDevices
+) -> Restored:
+    """Pure: which ledger entries the pods listed on `node_name` stand for.
+
+    A pod without an allocation annotation is neither restored nor skipped. A
+    pod listed more than once (a CRI pod whose sandbox was recreated) counts
+    once, from a listing that is not finished.
+    """
+    by_uid: dict[str, list[PodSeen]] = {}
+    for p in pods:
+        if p.uid and names.DEVICE_ALLOCATED in p.annotations:
+            by_uid.setdefault(p.uid, []).append(p)
+    entries: list[tuple[str, tuple[Hold, ...]]] = []
+    skipped: list[Skipped] = []
+    for uid, listed in by_uid.items():
+        live = [p for p in listed if not p.finished]
+        pod = live[0] if live else listed[0]
+        who = f"{pod.name} ({uid})" if pod.name else uid
+        if not live:
+            skipped.append(Skipped(uid, who, SkipReason.FINISHED, "the pod is finished"))
+            continue
+        try:
+            allocation = verify_pod_annotations(key, pod_uid=uid, node_name=node_name, annotations=pod.annotations)
+        except (SignatureError, AllocationError) as err:
+            skipped.append(Skipped(uid, who, SkipReason.UNVERIFIED, str(err)))
+            continue
+        if allocation is None:  # unreachable: the annotation is there; kept for the type checker
+            continue
+        holds = holds_of(allocation, devices) if allocation.gpus else ()
+        if not holds:
+            detail = "its allocation lists no GPU" if not allocation.gpus else (
+                f"none of its GPUs ({', '.join(allocation.uuids)}) is on this node now"
+            )
+            skipped.append(Skipped(uid, who, SkipReason.HOLDS_NOTHING, detail))
+            continue
+        entries.append((uid, holds))
+    return Restored(entries=tuple(entries), skipped=tuple(skipped))
+
+
+class LedgerRebuilder:
+    """Lists the node's pods once and restores the ledger entries `restored_admissions` names; thread-safe.
+
+    `pending` until one listing succeeded; `tried` once an attempt with devices
+    and key in hand has ended, whatever its outcome (the hook waits for that).
+    """
+
+    def __init__(
+        self,
+        source: PodSource,
+        *,
+        ledger: AdmissionLedger,
+        metrics: AgentMetrics,
+        node_name: str,
+        key: Callable[[], bytes],
+        devices: Callable[[], NodeDevices],
+    ) -> None:
+        """`key` raises SigningKeyError while the key cannot be read; `devices` is the node's current picture."""
+        self._source = source
+        self._ledger = ledger
+        self._metrics = metrics
+        self._node = node_name
+        self._key = key
+        self._devices = devices
+        self._lock = threading.Lock()
+        self.pending = True
+        self.tried = False
+
+    def rebuild(self) -> bool:
+        """One attempt unless done already; True once done.
+
+        Returns False without listing while GPU discovery has not succeeded or
+        the key cannot be read. Raises the source's error (KubeAPIError,
+        RuntimeUnavailable) when the listing fails, restoring nothing.
+        """
+        with self._lock:
+            if not self.pending:
+                return True
+            devices = self._devices()
+            if devices.discovery_error:
+                return False
+            try:
+                key = self._key()
+            except SigningKeyError as err:
+                log.debug("admission ledger not restored yet: %s", err)
+                return False
+            try:
+                pods = self._source.list_pods()
+            except Exception as err:
+                if not self.tried:
+                    log.warning(
+                        "cannot list the pods %s to restore the admission ledger (%s); starting with an empty "
+                        "ledger, so new pods are admitted without counting the pods already running, "
+                        "until a retry with the admission sweep succeeds",
+                        self._source.where, err,
+                    )
+                self.tried = True
+                raise
+            try:
+                decision = restored_admissions(pods, key=key, node_name=self._node, devices=devices)
+            except Exception:
+                # A bug here must not hold the hook back for good; the sweep loop tries again.
+                self.tried = True
+                raise
+            restored = self._ledger.restore(decision.entries)
+            self.pending = False
+            self.tried = True
+        self._report(decision, restored)
+        return True
+
+    def _report(self, decision: Restored, restored: list[str]) -> None:
+        for s in decision.skipped:
+            if s.reason is SkipReason.FINISHED:
+                continue
+            self._metrics.admissions_not_restored.labels(s.reason.value).inc()
+            if s.reason is SkipReason.UNVERIFIED:
+                log.warning(
+                    "pod %s runs %s with a GPU allocation that does not verify: %s; "
+                    "not counted in the admission ledger", s.pod, self._source.where, s.detail,
+                )
+            else:
+                log.info("pod %s: %s; it holds no GPU share", s.pod, s.detail)
+        self._metrics.admissions_restored.inc(len(restored))
+        self._metrics.admitted_pods.set(len(self._ledger.pods()))
+        kept = len(decision.entries) - len(restored)
+        log.info(
+            "admission ledger restored: %d running pod(s) with a verified allocation %s%s",
+            len(restored), self._source.where,
+            f" ({kept} admitted again since the start and kept as admitted)" if kept else "",
+        )
