@@ -170,7 +170,7 @@ def test_restarts_and_more_containers_of_one_pod_do_not_count_twice(running: Run
     assert running.metrics.admitted_pods._value.get() == 2
 
 
-def test_a_restarted_agent_starts_with_an_empty_ledger_and_readmits_running_pods() -> None:
+def test_a_bare_servicer_starts_with_an_empty_ledger_and_readmits_running_pods() -> None:
     nvml, inventory = started_fake(T4)
     devices = discover(nvml, node_name=NODE, topology=InventoryTopology(inventory)).devices
     restarted = GPUHookServicer(
