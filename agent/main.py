@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node-name", help="Kubernetes node name (default: $NODE_NAME, then the hostname)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--no-kubernetes", action="store_true", help="do not write the Device object or the node")
-    p.add_argument("--hook-listen", help="RuntimeHooks socket, e.g. unix:///var/run/fgpu/agent-hooks.sock")
+    p.add_argument("--hook-listen", help="RuntimeHooks socket, e.g. unix:///var/run/fgpu-agent/hooks.sock")
     p.add_argument("--isolation", choices=["hami-core", "mps", "none"], help="isolation backend for GPU shares")
     p.add_argument("--fake-nvml", metavar="INVENTORY.yaml", help="use the fake NVML driven by this inventory")
     p.add_argument("--signing-key", help="cluster key that allocation signatures are checked with")
