@@ -64,7 +64,12 @@ _MESSAGES: dict[str, list[tuple[str, int, int, str, str]]] = {
     "Empty": [],
     "ImageSpec": [("image", 1, _STRING, "", "")],
     "ContainerMetadata": [("name", 1, _STRING, "", ""), ("attempt", 2, _UINT32, "", "")],
-    "LinuxContainerSecurityContext": [("namespace_options", 3, _MSG, "NamespaceOption", "")],
+    "Int64Value": [("value", 1, _INT64, "", "")],
+    "LinuxContainerSecurityContext": [
+        ("namespace_options", 3, _MSG, "NamespaceOption", ""),
+        ("run_as_user", 5, _MSG, "Int64Value", ""),
+        ("run_as_group", 12, _MSG, "Int64Value", ""),
+    ],
     "LinuxContainerConfig": [("security_context", 2, _MSG, "LinuxContainerSecurityContext", "")],
     "ContainerConfig": [
         ("metadata", 1, _MSG, "ContainerMetadata", ""),
@@ -94,6 +99,16 @@ _MESSAGES: dict[str, list[tuple[str, int, int, str, str]]] = {
         ("log_path", 15, _STRING, "", ""),
     ],
     "ContainerStatusResponse": [("status", 1, _MSG, "ContainerStatus", "")],
+    "ExecSyncRequest": [
+        ("container_id", 1, _STRING, "", ""),
+        ("cmd", 2, _STRING, "", _REPEATED),
+        ("timeout", 3, _INT64, "", ""),
+    ],
+    "ExecSyncResponse": [
+        ("stdout", 1, _BYTES, "", ""),
+        ("stderr", 2, _BYTES, "", ""),
+        ("exit_code", 3, _INT32, "", ""),
+    ],
 }
 
 _ENUMS: dict[str, list[tuple[str, int]]] = {
@@ -107,7 +122,15 @@ _ENUMS: dict[str, list[tuple[str, int]]] = {
 }
 
 NAMESPACE_NODE = 2
+CONTAINER_RUNNING = 1
 CONTAINER_EXITED = 2
+
+# The labels kubelet puts on every sandbox and container (pkg/kubelet/types/labels.go);
+# runtimes and hooks read the pod and container they belong to from them.
+POD_NAME_LABEL = "io.kubernetes.pod.name"
+POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
+POD_UID_LABEL = "io.kubernetes.pod.uid"
+CONTAINER_NAME_LABEL = "io.kubernetes.container.name"
 
 
 def _file() -> descriptor_pb2.FileDescriptorProto:
@@ -144,6 +167,15 @@ def _classes() -> dict[str, Any]:
 
 
 M = _classes()
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What a command run in a container with ExecSync wrote, and its exit code."""
+
+    stdout: str
+    stderr: str
+    exit_code: int
 
 
 @dataclass(frozen=True)
@@ -217,8 +249,22 @@ class Kubelet:
                 )
             time.sleep(0.05)
 
-    def stop_container(self, container_id: str) -> None:
-        self._call("StopContainer", M["StopContainerRequest"](container_id=container_id, timeout=5), "Empty")
+    def exec_sync(self, container_id: str, cmd: Sequence[str], *, timeout_s: int = 10) -> ExecResult:
+        """Runs `cmd` in a running container; the process gets the container's own environment
+        (the runtime copies the container's process spec), so `env` here prints what the
+        container's main process was given."""
+        request = M["ExecSyncRequest"](container_id=container_id, cmd=list(cmd), timeout=timeout_s)
+        response = self._call("ExecSync", request, "ExecSyncResponse")
+        return ExecResult(
+            stdout=bytes(response.stdout).decode(errors="replace"),
+            stderr=bytes(response.stderr).decode(errors="replace"),
+            exit_code=int(response.exit_code),
+        )
+
+    def stop_container(self, container_id: str, *, timeout_s: int = 5) -> None:
+        """Stops a container: its stop signal, then SIGKILL after `timeout_s` (0: SIGKILL at once)."""
+        request = M["StopContainerRequest"](container_id=container_id, timeout=timeout_s)
+        self._call("StopContainer", request, "Empty")
 
     def remove_container(self, container_id: str) -> None:
         self._call("RemoveContainer", M["ContainerIdRequest"](container_id=container_id), "Empty")
@@ -244,7 +290,7 @@ def sandbox_config(
     return M["PodSandboxConfig"](
         metadata=M["PodSandboxMetadata"](name=name, namespace=namespace, uid=uid, attempt=0),
         log_directory=log_directory,
-        labels=dict(labels),
+        labels={**labels, POD_NAME_LABEL: name, POD_NAMESPACE_LABEL: namespace, POD_UID_LABEL: uid},
         annotations=dict(annotations),
         linux=M["LinuxPodSandboxConfig"](security_context=M["LinuxSandboxSecurityContext"](namespace_options=node)),
     )
@@ -258,15 +304,40 @@ def container_config(
     args: Sequence[str],
     env: Mapping[str, str],
     log_path: str,
+    labels: Mapping[str, str] | None = None,
+    run_as_user: int | None = None,
+    run_as_group: int | None = None,
+    attempt: int = 0,
 ) -> Any:
-    """A container config as kubelet builds it from the pod spec."""
+    """A container config as kubelet builds it from the pod spec.
+
+    `labels`: kubelet's own (`container_labels`); `run_as_user`/`run_as_group`: the container's
+    effective securityContext (its own, else the pod's); None leaves the image's user.
+    `attempt`: 0, then one more each time kubelet creates the container again.
+    """
     node = M["NamespaceOption"](network=NAMESPACE_NODE)
+    security = M["LinuxContainerSecurityContext"](namespace_options=node)
+    if run_as_user is not None:
+        security.run_as_user.value = run_as_user
+    if run_as_group is not None:
+        security.run_as_group.value = run_as_group
     return M["ContainerConfig"](
-        metadata=M["ContainerMetadata"](name=name, attempt=0),
+        metadata=M["ContainerMetadata"](name=name, attempt=attempt),
         image=M["ImageSpec"](image=image),
         command=list(command),
         args=list(args),
         envs=[M["KeyValue"](key=k, value=v.encode()) for k, v in env.items()],
+        labels=dict(labels or {}),
         log_path=log_path,
-        linux=M["LinuxContainerConfig"](security_context=M["LinuxContainerSecurityContext"](namespace_options=node)),
+        linux=M["LinuxContainerConfig"](security_context=security),
     )
+
+
+def container_labels(*, pod_name: str, pod_namespace: str, pod_uid: str, container_name: str) -> dict[str, str]:
+    """The labels kubelet puts on a container: its pod and its name in the pod spec."""
+    return {
+        POD_NAME_LABEL: pod_name,
+        POD_NAMESPACE_LABEL: pod_namespace,
+        POD_UID_LABEL: pod_uid,
+        CONTAINER_NAME_LABEL: container_name,
+    }

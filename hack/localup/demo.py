@@ -2,7 +2,8 @@
 
 Starts the stack (hack/localup/stack.py), then for each pod in examples/local:
 schedules it through fgpu-scheduler's gRPC API, runs it through
-fgpu-runtime-proxy the way kubelet would, reads what its container printed,
+fgpu-runtime-proxy the way kubelet would (hack/localup/podrun.py), reads what
+each of its containers printed,
 and finally prints a table and `fgpuctl inspect`. Everything started is
 stopped at the end, on Ctrl-C, and at the start of the next run.
 """
@@ -10,15 +11,12 @@ stopped at the end, on Ctrl-C, and at the start of the next run.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import copy
 import glob
 import os
 import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
@@ -28,7 +26,7 @@ import yaml
 
 from apis import names
 from apis.request import RequestError, parse_pod
-from hack.localup import cri, report
+from hack.localup import cri, podrun, report
 from hack.localup.placing import Placement, SchedulerClient
 from hack.localup.report import PodOutcome, Status
 from hack.localup.stack import NODE_NAME, Paths, Settings, Stack, StackError, teardown
@@ -68,21 +66,18 @@ def load_pods(directory: str) -> list[dict[str, Any]]:
 def run_pod(
     pod_spec: Mapping[str, Any], *, stack: Stack, scheduler: SchedulerClient, kubelet: cri.Kubelet, keep: bool
 ) -> PodOutcome:
-    pod = copy.deepcopy(dict(pod_spec))
-    meta = pod.setdefault("metadata", {})
-    meta["uid"] = str(uuid.uuid4())
-    meta.setdefault("namespace", "default")
-    name, namespace = str(meta["name"]), str(meta["namespace"])
-    spec = pod.get("spec") or {}
+    """Schedules the pod (when it names fgpu-scheduler), runs it as kubelet would, and says how it went."""
+    pod = podrun.prepare(pod_spec)
+    name, namespace = str(pod["metadata"]["name"]), str(pod["metadata"]["namespace"])
     try:
         request = parse_pod(pod)
     except RequestError as exc:
         return PodOutcome(name=name, namespace=namespace, status=Status.FAILED, reason="; ".join(exc.errors))
     source = request.source if request is not None else ""
-    annotations = dict(meta.get("annotations") or {})
+    annotations = dict(pod["metadata"].get("annotations") or {})
     shares: tuple[report.Share, ...] = ()
     node = NODE_NAME
-    if spec.get("schedulerName") == names.SCHEDULER_NAME:
+    if pod["spec"].get("schedulerName") == names.SCHEDULER_NAME:
         placed = scheduler.place(pod)
         if not isinstance(placed, Placement):
             return PodOutcome(name=name, namespace=namespace, status=Status.PENDING, reason=placed.reason, source=source)
@@ -90,62 +85,30 @@ def run_pod(
         annotations.update(placed.annotations)
     # else: a pod for the default scheduler; the one local node is where it would land.
 
-    log_dir = os.path.join(stack.paths.pods_dir, f"{namespace}_{name}_{meta['uid']}")
-    os.makedirs(log_dir, exist_ok=True)
-    sandbox_config = cri.sandbox_config(
-        name=name,
-        namespace=namespace,
-        uid=meta["uid"],
-        labels=meta.get("labels") or {},
-        annotations=annotations,
-        log_directory=log_dir,
-    )
-    sandbox_id = ""
-    created: list[str] = []
+    pod_run: podrun.PodRun | None = None
 
-    def ended(status: Status, *, env: Mapping[str, str] | None = None, reason: str = "") -> PodOutcome:
+    def ended(status: Status, *, reason: str = "") -> PodOutcome:
+        containers = pod_run.containers if pod_run is not None else ()
+        first_app = next((c for c in containers if not c.init), None)
         return PodOutcome(
-            name=name, namespace=namespace, status=status, node=node, shares=shares, env=dict(env or {}),
-            reason=reason, source=source, sandbox_id=sandbox_id, container_ids=tuple(created),
+            name=name, namespace=namespace, status=status, node=node, shares=shares,
+            env=dict(first_app.env) if first_app is not None else {}, reason=reason, source=source,
+            sandbox_id=pod_run.sandbox_id if pod_run is not None else "",
+            container_ids=pod_run.container_ids if pod_run is not None else (), containers=containers,
         )
 
     try:
-        sandbox_id = kubelet.run_pod_sandbox(sandbox_config)
-        env: dict[str, str] = {}
-        for container in spec.get("containers") or []:
-            config = cri.container_config(
-                name=container["name"],
-                image=container["image"],
-                command=container.get("command") or [],
-                args=container.get("args") or [],
-                env={str(e["name"]): str(e.get("value", "")) for e in container.get("env") or []},
-                log_path=f"{container['name']}.log",
-            )
-            container_id = kubelet.create_container(sandbox_id=sandbox_id, config=config, sandbox_config=sandbox_config)
-            created.append(container_id)
-            kubelet.start_container(container_id)
-            result = kubelet.wait_exited(container_id)
-            with open(result.log_path, errors="replace") as f:
-                lines = report.parse_cri_log(f.read())
-            env = env or report.env_from_lines(lines)
-            if not result.exited or result.exit_code != 0:
-                state = "still running" if not result.exited else f"exit code {result.exit_code}"
-                return ended(Status.FAILED, env=env, reason=f"container {container['name']}: {state}")
-        return ended(Status.COMPLETED, env=env)
+        pod_run = podrun.start(kubelet, pod, annotations=annotations, node=node, pods_dir=stack.paths.pods_dir)
+        podrun.run(kubelet, pod_run)
+        problem = pod_run.problem()
+        return ended(Status.FAILED, reason=problem) if problem else ended(Status.COMPLETED)
     except cri.CRIError as exc:
         return ended(Status.FAILED, reason=f"{exc.method}: {exc.details}")
+    except podrun.PodSpecError as exc:
+        return ended(Status.FAILED, reason=str(exc))
     finally:
-        if not keep:
-            _remove(kubelet, sandbox_id, created)
-
-
-def _remove(kubelet: cri.Kubelet, sandbox_id: str, containers: list[str]) -> None:
-    with contextlib.suppress(cri.CRIError):
-        for container_id in containers:
-            kubelet.remove_container(container_id)
-        if sandbox_id:
-            kubelet.stop_pod_sandbox(sandbox_id)
-            kubelet.remove_pod_sandbox(sandbox_id)
+        if not keep and pod_run is not None:
+            podrun.remove(kubelet, pod_run)
 
 
 def inspect_view(stack: Stack) -> str:

@@ -61,17 +61,33 @@ class SchedulerClient:
             raise
         allocation = bound.allocation
         return Placement(
-            node=allocation.node_name,
+            node=allocation.node_name or node,
             shares=tuple(
                 Share(minor=g.minor, uuid=g.mig_uuid or g.uuid, core_percent=g.core_percent, memory_bytes=g.memory_bytes)
                 for g in allocation.gpus
             ),
-            annotations={
-                names.DEVICE_ALLOCATED: allocation.annotation,
-                names.ALLOCATION_SIGNATURE: allocation.signature,
-                names.ALLOCATION_NODE: allocation.node_name,
-            },
+            annotations=allocation_annotations(allocation),
         )
+
+    def release(self, pod: Mapping[str, Any], *, node: str) -> None:
+        """Forgets a bound pod (Unreserve), as the scheduler would on seeing it deleted."""
+        message = pod_message(pod)
+        self._stub.Unreserve(scheduler_pb2.UnreserveRequest(pod=message, node_name=node), timeout=self._timeout_s)
+
+
+def allocation_annotations(allocation: scheduler_pb2.NodeAllocation) -> dict[str, str]:
+    """The annotations Bind wrote onto the pod; none when it wrote no allocation (a pod without GPUs).
+
+    An empty string is how the gRPC answer says "no annotation": proto3 has no absent string.
+    """
+    written = {
+        names.DEVICE_ALLOCATED: allocation.annotation,
+        names.ALLOCATION_SIGNATURE: allocation.signature,
+        names.ALLOCATION_NODE: allocation.node_name,
+    }
+    if not allocation.annotation:
+        return {}
+    return {k: v for k, v in written.items() if v}
 
 
 def pod_message(pod: Mapping[str, Any]) -> scheduler_pb2.Pod:

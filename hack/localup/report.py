@@ -1,4 +1,8 @@
-"""What the demo prints: one row per pod, from its placement and its container's log.
+"""What the demo prints: one row per pod, from its placement and its containers' logs.
+
+A pod with more than one container (init containers count) gets a row of its
+own and then one row per container, with what that container saw: a sidecar
+of a GPU pod shows its own `void`.
 
 Pure functions over plain values, so the table is tested without a stack.
 """
@@ -24,6 +28,57 @@ class Status(enum.Enum):
     PENDING = "Pending"  # the scheduler found no room; `reason` says why
 
 
+class ContainerState(enum.Enum):
+    """How far one container got."""
+
+    STARTED = "Started"  # created and started, not looked at since
+    EXITED = "Exited"  # ran and exited; `exit_code` says how
+    RUNNING = "Running"  # left running on purpose (a long-running container)
+    REFUSED = "Refused"  # CreateContainer or StartContainer failed; `error` says why
+    NOT_RUN = "NotRun"  # never tried: an init container before it did not complete
+
+
+@dataclass(frozen=True)
+class ContainerOutcome:
+    """One container of a pod: its own environment, as it printed it, and how it ended."""
+
+    name: str
+    state: ContainerState
+    init: bool = False
+    container_id: str = ""
+    exit_code: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: every line it wrote (stdout and stderr), for what is not an env variable
+    output: tuple[str, ...] = ()
+    #: the runtime's words when a CRI call failed, and the gRPC code's name ("UNAVAILABLE")
+    error: str = ""
+    error_code: str = ""
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state is ContainerState.EXITED and self.exit_code == 0
+
+    def describe(self) -> str:
+        """"exit 0", "running", "refused: <why>", "not run"."""
+        if self.state is ContainerState.EXITED:
+            return f"exit {self.exit_code}"
+        if self.state is ContainerState.REFUSED:
+            return f"refused: {self.error_code}: {self.error}" if self.error_code else f"refused: {self.error}"
+        return {ContainerState.RUNNING: "running", ContainerState.STARTED: "started"}.get(self.state, "not run")
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "init": self.init,
+            "state": self.state.value,
+            "containerId": self.container_id,
+            "exitCode": self.exit_code,
+            "env": dict(self.env),
+            "error": self.error,
+            "errorCode": self.error_code,
+        }
+
+
 @dataclass(frozen=True)
 class Share:
     """One GPU of a placement, as the scheduler's BindResponse lists it."""
@@ -43,6 +98,7 @@ class PodOutcome:
     status: Status
     node: str = ""
     shares: tuple[Share, ...] = ()
+    #: the env of the pod's first app container (every container's own is in `containers`)
     env: Mapping[str, str] = field(default_factory=dict)
     reason: str = ""
     #: the translation rule / request style, e.g. "koordinator", "hami"; "" for no GPU
@@ -50,6 +106,8 @@ class PodOutcome:
     #: runtime ids, for `ctr`/`crictl` and for checking that nothing is left running
     sandbox_id: str = ""
     container_ids: tuple[str, ...] = ()
+    #: init containers in order, then app containers in order
+    containers: tuple[ContainerOutcome, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -66,6 +124,7 @@ class PodOutcome:
             "source": self.source,
             "sandboxId": self.sandbox_id,
             "containerIds": list(self.container_ids),
+            "containers": [c.to_json() for c in self.containers],
         }
 
 
@@ -157,21 +216,38 @@ HEADERS = ("POD", "NODE GPU(S) AND SHARE", names.NVIDIA_VISIBLE_DEVICES, "MEMORY
 
 
 def row(outcome: PodOutcome) -> tuple[str, ...]:
+    """The pod's row; with one container, that container's env fills it."""
     status = outcome.status.value
     if outcome.reason:
         status = f"{status}: {outcome.reason}"
     where = describe_shares(outcome.shares)
     if outcome.node and outcome.shares:
         where = f"{outcome.node} {where}"
-    visible = short_devices(outcome.env.get(names.NVIDIA_VISIBLE_DEVICES, "-"))
     pod = f"{outcome.name} [{outcome.source}]" if outcome.source else outcome.name
+    if len(outcome.containers) > 1:
+        return (pod, where, "", "", status)
+    visible = short_devices(outcome.env.get(names.NVIDIA_VISIBLE_DEVICES, "-"))
     return (pod, where, visible, memory_limit(outcome.env), status)
+
+
+def container_row(container: ContainerOutcome) -> tuple[str, ...]:
+    """One container of a pod with several, indented under the pod's row."""
+    name = f"  {container.name} (init)" if container.init else f"  {container.name}"
+    visible = short_devices(container.env.get(names.NVIDIA_VISIBLE_DEVICES, "-"))
+    return (name, "", visible, memory_limit(container.env), container.describe())
+
+
+def rows(outcome: PodOutcome) -> list[tuple[str, ...]]:
+    """The pod's row, then one per container when it has more than one."""
+    if len(outcome.containers) <= 1:
+        return [row(outcome)]
+    return [row(outcome), *(container_row(c) for c in outcome.containers)]
 
 
 def table(outcomes: Sequence[PodOutcome], *, max_width: int = 72) -> str:
     """A plain-text table; long cells are cut with "..." (the JSON output has everything)."""
-    rows = [HEADERS, *(row(o) for o in outcomes)]
-    cut = [tuple(_cut(cell, max_width) for cell in r) for r in rows]
+    all_rows = [HEADERS, *(r for o in outcomes for r in rows(o))]
+    cut = [tuple(_cut(cell, max_width) for cell in r) for r in all_rows]
     widths = [max(len(r[i]) for r in cut) for i in range(len(HEADERS))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in cut)
 

@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -31,6 +32,8 @@ from tests.containerd.harness import Containerd
 
 NODE_NAME = "fgpu-local"
 STATE_FILE = "state.json"
+#: The hook registration a node installs; the stack uses it as shipped, with only the endpoint changed.
+HOOK_REGISTRATION = os.path.join("hack", "systemd", "10-fgpu-agent-hook.yaml")
 
 
 class StackError(RuntimeError):
@@ -81,6 +84,18 @@ class Paths:
     @property
     def signing_key(self) -> str:
         return self.at("signing-key")
+
+    @property
+    def agent_config(self) -> str:
+        return self.at("agent.yaml")
+
+    @property
+    def hook_registration(self) -> str:
+        return os.path.join(self.hooks_dir, "10-fgpu-agent.yaml")
+
+    @property
+    def scheduler_db(self) -> str:
+        return self.at("scheduler.db")
 
 
 @dataclass(frozen=True)
@@ -180,7 +195,11 @@ def node_reported(address: str, node: str) -> bool:
 
 
 class Stack:
-    """Starts and stops the four processes; `start()` returns once every one answers."""
+    """Starts and stops the four processes; `start()` returns once every one answers.
+
+    `stop_agent()` / `start_agent()` take fgpu-agent alone down and up again (a crash,
+    an update), with containerd, the scheduler, the proxy and the pods left running.
+    """
 
     def __init__(self, paths: Paths, settings: Settings) -> None:
         self.paths = paths
@@ -219,12 +238,12 @@ class Stack:
         self._save_state()
         self.containerd.import_images()
 
-        on_step("fgpu-scheduler: embedded state in " + p.at("scheduler.db"))
+        on_step("fgpu-scheduler: embedded state in " + p.scheduler_db)
         scheduler = self._daemon(
             "fgpu-scheduler",
             [
                 "--state", "embedded",
-                "--db", p.at("scheduler.db"),
+                "--db", p.scheduler_db,
                 "--grpc-listen", self.scheduler_address,
                 "--signing-key", p.signing_key,
                 # A handful of demo pods teaches fgpu's workload learner nothing; binpack's
@@ -235,24 +254,8 @@ class Stack:
         scheduler.wait_until(lambda: grpc_serving(self.scheduler_address), what="gRPC health SERVING")
 
         on_step(f"fgpu-agent: fake NVML from {os.path.relpath(self.settings.inventory, self.settings.repo)}")
-        agent = self._daemon(
-            "fgpu-agent",
-            [
-                "--config", self._agent_config(),
-                "--no-kubernetes",
-                "--node-name", NODE_NAME,
-                "--fake-nvml", self.settings.inventory,
-                "--hook-listen", self.agent_address,
-                "--isolation", self.settings.isolation,
-                "--signing-key", p.signing_key,
-                "--scheduler", self.scheduler_address,
-                # No Kubernetes here: the admission sweep asks containerd which pods still exist.
-                "--runtime-endpoint", self.containerd.address,
-                "--metrics-listen", "",
-            ],
-        )
-        agent.wait_until(lambda: grpc_serving(self.agent_address), what="hook socket health SERVING")
-        agent.wait_until(lambda: node_reported(self.scheduler_address, NODE_NAME), what="device report at the scheduler")
+        self._daemon("fgpu-agent", self._agent_args())
+        self._wait_agent_ready()
 
         on_step("fgpu-runtime-proxy: in front of containerd, fgpu-agent as GPU hook")
         self._write_hook_config()
@@ -267,6 +270,65 @@ class Stack:
             ],
         )
         proxy.wait_until(lambda: grpc_serving(self.proxy_admin_address), what="admin health SERVING")
+
+    # --- the agent alone, for tests of a node whose agent restarts or is down -----------------
+    @property
+    def agent(self) -> Daemon:
+        return next(d for d in self.daemons if d.name == "fgpu-agent")
+
+    def stop_agent(self) -> None:
+        """SIGTERM to fgpu-agent, as systemd or the DaemonSet would on an update; the rest keeps running."""
+        self.agent.stop()
+        self._save_state()
+
+    def start_agent(self) -> None:
+        """Starts fgpu-agent again with the same flags; returns once it serves hooks and has reported."""
+        agent = self.agent
+        if not agent.alive():
+            agent.start()
+            self._save_state()
+        self._wait_agent_ready()
+
+    def restart_agent(self) -> None:
+        self.stop_agent()
+        self.start_agent()
+
+    def _agent_args(self) -> list[str]:
+        p = self.paths
+        return [
+            "--config", self._agent_config(),
+            "--no-kubernetes",
+            "--node-name", NODE_NAME,
+            "--fake-nvml", self.settings.inventory,
+            "--hook-listen", self.agent_address,
+            "--isolation", self.settings.isolation,
+            "--signing-key", p.signing_key,
+            "--scheduler", self.scheduler_address,
+            # No Kubernetes here: the admission sweep asks containerd which pods still exist.
+            "--runtime-endpoint", self.containerd.address,
+            "--metrics-listen", "",
+        ]
+
+    def _wait_agent_ready(self) -> None:
+        agent = self.agent
+        agent.wait_until(lambda: grpc_serving(self.agent_address), what="hook socket health SERVING")
+        agent.wait_until(lambda: node_reported(self.scheduler_address, NODE_NAME), what="device report at the scheduler")
+
+    def isolation_paths(self) -> dict[str, str]:
+        """The agent config's `isolationPaths`, as the stack wrote them (host paths)."""
+        with open(self.paths.agent_config) as f:
+            config = yaml.safe_load(f)
+        return {str(k): str(v) for k, v in (config.get("isolationPaths") or {}).items()}
+
+    def bound_pod(self, uid: str) -> dict[str, Any] | None:
+        """The pod as fgpu-scheduler stored it at Bind (its annotations are what it wrote), or None."""
+        db = sqlite3.connect(f"file:{self.paths.scheduler_db}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT manifest FROM pods WHERE uid=?", (uid,)).fetchone()
+        finally:
+            db.close()
+        manifest = json.loads(row[0]) if row else None
+        return manifest if isinstance(manifest, dict) else None
 
     def _daemon(self, name: str, args: Sequence[str]) -> Daemon:
         daemon = Daemon(
@@ -299,25 +361,27 @@ class Stack:
             },
             "checkpointPath": p.at("kubelet_internal_checkpoint"),
         }
-        path = p.at("agent.yaml")
+        path = p.agent_config
         with open(path, "w") as f:
             yaml.safe_dump(config, f, sort_keys=False)
         return path
 
     def _write_hook_config(self) -> None:
-        registration = {
-            "hooks": [
-                {
-                    "name": "fgpu-agent",
-                    "endpoint": self.agent_address,
-                    "stages": ["PreCreateContainer", "PostStopPodSandbox"],
-                    "failurePolicy": "Fail",
-                    "timeout": "2s",
-                }
-            ]
-        }
-        with open(os.path.join(self.paths.hooks_dir, "10-fgpu-agent.yaml"), "w") as f:
+        """The shipped registration (stages, failure policy, timeout as a node gets them), pointed at
+        this stack's agent socket."""
+        with open(os.path.join(self.settings.repo, HOOK_REGISTRATION)) as f:
+            registration = yaml.safe_load(f)
+        hooks = registration.get("hooks") if isinstance(registration, dict) else None
+        if not isinstance(hooks, list) or not hooks:
+            raise StackError(f"{HOOK_REGISTRATION}: expected a `hooks:` list with the fgpu-agent registration")
+        for hook in hooks:
+            if hook.get("name") == "fgpu-agent":
+                hook["endpoint"] = self.agent_address
+        tmp = self.paths.hook_registration + ".tmp"
+        with open(tmp, "w") as f:
             yaml.safe_dump(registration, f, sort_keys=False)
+        # The proxy watches the directory: a file appears whole or not at all ("*.tmp" is not read).
+        os.replace(tmp, self.paths.hook_registration)
 
     def _save_state(self) -> None:
         state = {

@@ -112,13 +112,27 @@ def test_every_other_pod_runs_to_completion(demo_run: Any) -> None:
     assert set(statuses.values()) == {"Completed"}, outcome
 
 
+def asks_for_gpus(container: dict[str, Any]) -> bool:
+    """In the demo pods, a container's only resources are GPU resources."""
+    resources = container.get("resources") or {}
+    return bool(resources.get("limits") or resources.get("requests"))
+
+
 def test_each_gpu_container_sees_exactly_the_gpus_it_was_given(demo_run: Any) -> None:
     _, outcome, _ = demo_run
+    specs = demo_pods()
     for name, pod in outcome.items():
         if not pod["gpus"]:
             continue
-        visible = pod["env"][names.NVIDIA_VISIBLE_DEVICES].split(",")
-        assert visible == [g["uuid"] for g in pod["gpus"]], name
+        spec = specs[name]["spec"]
+        asked = {c["name"]: asks_for_gpus(c) for c in spec.get("initContainers", []) + spec["containers"]}
+        assert [c["name"] for c in pod["containers"]] == list(asked), name
+        for container in pod["containers"]:
+            visible = container["env"][names.NVIDIA_VISIBLE_DEVICES]
+            if asked[container["name"]]:
+                assert visible.split(",") == [g["uuid"] for g in pod["gpus"]], (name, container["name"])
+            else:
+                assert visible == names.NVIDIA_VISIBLE_DEVICES_VOID, (name, container["name"])
 
 
 def test_fractional_shares_get_memory_limits_and_pack_onto_one_gpu(demo_run: Any) -> None:
@@ -165,6 +179,28 @@ def test_a_pod_without_gpus_on_a_cuda_image_sees_void(demo_run: Any) -> None:
     pod = outcome["no-gpu-cuda-image"]
     assert pod["gpus"] == [] and pod["status"] == "Completed"
     assert pod["env"][names.NVIDIA_VISIBLE_DEVICES] == names.NVIDIA_VISIBLE_DEVICES_VOID
+
+
+def test_a_cpu_pod_through_fgpu_scheduler_gets_no_allocation_and_sees_void(demo_run: Any) -> None:
+    _, outcome, _ = demo_run
+    pod = outcome["cpu-through-fgpu-scheduler"]
+    assert pod["gpus"] == [] and pod["status"] == "Completed", pod
+    assert pod["env"][names.NVIDIA_VISIBLE_DEVICES] == names.NVIDIA_VISIBLE_DEVICES_VOID
+
+
+def test_the_sidecar_of_a_gpu_pod_sees_void_and_the_table_shows_it(demo_run: Any) -> None:
+    result, outcome, _ = demo_run
+    pod = outcome["gpu-with-sidecar"]
+    assert pod["status"] == "Completed" and [g["corePercent"] for g in pod["gpus"]] == [50], pod
+    env = {c["name"]: c["env"] for c in pod["containers"]}
+    assert env["main"][names.NVIDIA_VISIBLE_DEVICES] == pod["gpus"][0]["uuid"]
+    assert env["main"][names.FGPU_CORE_PERCENT] == "50"
+    assert env["log-shipper"][names.NVIDIA_VISIBLE_DEVICES] == names.NVIDIA_VISIBLE_DEVICES_VOID
+    assert not [k for k in env["log-shipper"] if k.startswith(("FGPU_", "CUDA_DEVICE_", "CUDA_MPS_"))]
+    # One row per container under the pod's row: the sidecar's own NVIDIA_VISIBLE_DEVICES is visible.
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert ["log-shipper", "void", "-", "exit", "0"] in rows, result.stdout
+    assert ["cpu-through-fgpu-scheduler", "-", "void", "-", "Completed"] in rows, result.stdout
 
 
 def runtime_ids(outcome: dict[str, dict[str, Any]]) -> set[str]:
