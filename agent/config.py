@@ -4,7 +4,8 @@
     nodeName: gpu-node-1
     hookListen: unix:///var/run/fgpu-agent/hooks.sock
     isolation: hami-core
-    signingKey: /etc/fgpu/signing.key
+    verifyingKeys: /etc/fgpu/verifying-keys   # public keys (a directory or a PEM file), re-read on change
+    legacySigningKey: ""                     # the v1 HMAC key, only during the upgrade window
     pollInterval: 1s
     discoveryInterval: 60s
     reportResync: 30s
@@ -17,6 +18,9 @@
     externalResources: [nvidia.com/gpu, "nvidia.com/mig-*"]
     metricsListen: 0.0.0.0:9400
     isolationPaths: {hamiLibrary: /usr/local/vgpu/libvgpu.so, mpsPipeDir: /run/nvidia/mps}
+    scheduler: ""                # ReportDevices to an embedded-state scheduler: unix:///PATH or HOST:PORT
+    schedulerTLS: {caFile: /etc/fgpu/tls/ca.crt, certFile: /etc/fgpu/tls/agent.crt, keyFile: /etc/fgpu/tls/agent.key}
+                                 # mutual TLS to a scheduler beyond loopback (serverName: to check another name)
 
 Unknown keys and bad values are refused with the key, the value and the fix.
 """
@@ -36,13 +40,15 @@ from agent.checkpoint import DEFAULT_PATH as DEFAULT_CHECKPOINT_PATH
 from agent.errors import ConfigError
 from agent.health import DEFAULT_APPLICATION_XIDS
 from agent.isolation import Isolation, IsolationPaths
-from apis import names
+from apis import names, tls
 from apis.grpc_server import AddressError, parse_address
+from apis.tls import TLSFiles
 
 #: In a directory of its own, the only host runtime directory the agent gets: /var/run/fgpu holds
 #: the runtime proxy's CRI socket (kubelet's endpoint) and admin socket, which the agent must not reach.
 DEFAULT_HOOK_LISTEN = "unix:///var/run/fgpu-agent/hooks.sock"
-DEFAULT_SIGNING_KEY = "/etc/fgpu/signing.key"
+#: Public keys only: a node never holds what signs allocations (apis/signing.py).
+DEFAULT_VERIFYING_KEYS = "/etc/fgpu/verifying-keys"
 
 
 @dataclass(frozen=True)
@@ -54,8 +60,13 @@ class AgentConfig:
     isolation: Isolation = Isolation.HAMI_CORE
     isolation_paths: IsolationPaths = field(default_factory=IsolationPaths)
     fake_nvml: str = ""
-    signing_key: str = DEFAULT_SIGNING_KEY
+    #: The public keys allocation signatures are checked with: a PEM file or a directory of them.
+    verifying_keys: str = DEFAULT_VERIFYING_KEYS
+    #: The v1 HMAC key of fgpu before v2 signatures; empty, missing or an empty file: v1 refused.
+    legacy_signing_key: str = ""
     scheduler: str = ""
+    #: client certificate, key and the CA of the scheduler's certificate, for a TCP scheduler address
+    scheduler_tls: TLSFiles = field(default_factory=TLSFiles)
     metrics_listen: str = "0.0.0.0:9400"
     poll_interval_s: float = 1.0
     discovery_interval_s: float = 60.0
@@ -85,8 +96,10 @@ _KEYS: dict[str, str] = {
     "isolation": "isolation",
     "isolationPaths": "isolation_paths",
     "fakeNvml": "fake_nvml",
-    "signingKey": "signing_key",
+    "verifyingKeys": "verifying_keys",
+    "legacySigningKey": "legacy_signing_key",
     "scheduler": "scheduler",
+    "schedulerTLS": "scheduler_tls",
     "metricsListen": "metrics_listen",
     "pollInterval": "poll_interval_s",
     "discoveryInterval": "discovery_interval_s",
@@ -111,6 +124,7 @@ _PATH_KEYS = {
     "hamiContainerDir": "hami_container_dir",
     "mpsPipeDir": "mps_pipe_dir",
 }
+_TLS_KEYS = {"caFile": "ca_file", "certFile": "cert_file", "keyFile": "key_file", "serverName": "server_name"}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -131,6 +145,13 @@ def parse_config(data: object, *, source: str = "config", base: AgentConfig | No
         raise ConfigError(f"{source}: expected a mapping of settings, got {type(data).__name__}")
     values: dict[str, Any] = {}
     for key, raw in data.items():
+        if key == "signingKey":
+            # Said apart from an unknown key: a config from before v2 signatures must learn what changed.
+            raise ConfigError(
+                f"{source}: signingKey={raw!r} is no longer read: nodes check allocation signatures with the "
+                "scheduler's public keys now; set verifyingKeys to them (`fgpuctl keys public`) and, during "
+                "the upgrade window only, legacySigningKey to this old cluster key file (docs/deploy.md)"
+            )
         attr = _attr_for(key, _KEYS, where=source)
         values[attr] = _convert(attr, raw, where=f"{source}: {key}")
     config = replace(base or AgentConfig(), **values)
@@ -157,6 +178,11 @@ def validate(config: AgentConfig, *, source: str) -> None:
     for attr in ("poll_interval_s", "discovery_interval_s", "report_resync_s", "nvml_retry_max_s", "admission_sweep_s"):
         if getattr(config, attr) <= 0:
             raise ConfigError(f"{source}: {attr} = {getattr(config, attr)} must be more than 0 seconds")
+    if not config.verifying_keys:
+        raise ConfigError(
+            f"{source}: verifyingKeys is empty; give the file or directory of the scheduler's public keys, "
+            f"e.g. {DEFAULT_VERIFYING_KEYS} (`fgpuctl keys public`)"
+        )
     if config.admission_sweep_grace_s < 0:
         raise ConfigError(
             f"{source}: admissionSweepGrace = {config.admission_sweep_grace_s} must be 0 seconds or more (default 2m)"
@@ -167,6 +193,7 @@ def validate(config: AgentConfig, *, source: str) -> None:
             parse_address(config.scheduler, field="scheduler")
     except AddressError as err:
         raise ConfigError(f"{source}: {err}") from err
+    _check_scheduler_tls(config, source=source)
     if config.runtime_endpoint:
         try:
             parse_address(config.runtime_endpoint, field="runtimeEndpoint")
@@ -182,8 +209,19 @@ def validate(config: AgentConfig, *, source: str) -> None:
             raise ConfigError(f"{source}: metricsListen={config.metrics_listen!r} must be HOST:PORT (e.g. 0.0.0.0:9400) or empty")
 
 
+def _check_scheduler_tls(config: AgentConfig, *, source: str) -> None:
+    """A scheduler beyond loopback listens only with mutual TLS, so dialling it in plaintext can only fail."""
+    try:
+        tls.check_complete(config.scheduler_tls, field="schedulerTLS", keys=("certFile", "keyFile", "caFile"))
+        tls.check_dial(config.scheduler, config.scheduler_tls, field="scheduler (--scheduler)", tls_key="schedulerTLS")
+    except tls.TLSError as err:
+        raise ConfigError(f"{source}: {err}") from None
+
+
 def _convert(attr: str, raw: object, *, where: str) -> Any:
     default = getattr(AgentConfig(), attr)
+    if attr == "scheduler_tls":
+        return _scheduler_tls(raw, where)
     if attr == "isolation":
         return _isolation(str(raw), where)
     if attr == "isolation_paths":
@@ -235,6 +273,18 @@ def _paths(raw: object, where: str) -> IsolationPaths:
             raise ConfigError(f"{where}.{key}={value!r} must be an absolute path")
         values[attr] = value
     return replace(IsolationPaths(), **values)
+
+
+def _scheduler_tls(raw: object, where: str) -> TLSFiles:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a mapping, e.g. {{caFile: /etc/fgpu/tls/ca.crt, certFile: ..., keyFile: ...}}")
+    values: dict[str, str] = {}
+    for key, value in raw.items():
+        attr = _attr_for(key, _TLS_KEYS, where=where)
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}.{key}={value!r} must be text (a file path, or the name for serverName)")
+        values[attr] = value
+    return TLSFiles(**values)
 
 
 def _attr_for(key: object, table: Mapping[str, str], *, where: str) -> str:

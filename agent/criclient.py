@@ -36,6 +36,8 @@ class Sandbox:
     pod_name: str = ""
     pod_namespace: str = ""
     annotations: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: Creation time in nanoseconds since the epoch.
+    created_at_ns: int = 0
 
 
 class RuntimeClient:
@@ -71,6 +73,7 @@ class RuntimeClient:
                 pod_name=item.metadata.name,
                 pod_namespace=item.metadata.namespace,
                 annotations=dict(item.annotations),
+                created_at_ns=item.created_at,
             )
             for item in response.items
         ]

@@ -18,7 +18,6 @@ Nothing here decides anything: the decisions live in `agent.health`,
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -48,28 +47,14 @@ from agent.reporter import KubeReporter
 from agent.reportloop import ReportLoop
 from agent.schedclient import SchedulerReporter
 from apis.devices import NodeDevices
-from apis.signing import SigningKeyError, load_key
+from apis.keyfiles import VerifyingKeyFiles
+from apis.signing import SigningKeyError
 
 log = logging.getLogger(__name__)
 
 #: How long start() waits for the first discovery before the hook serves without a rebuilt ledger
 #: (the hook then holds admissions back itself, see `_hook_devices`).
 DISCOVERY_WAIT_S = 10.0
-
-
-class SigningKey:
-    """The cluster key, read once; while it cannot be read, every call retries and raises SigningKeyError."""
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._key: bytes | None = None
-        self._lock = threading.Lock()
-
-    def get(self) -> bytes:
-        with self._lock:
-            if self._key is None:
-                self._key = load_key(self._path)
-            return self._key
 
 
 class Agent:
@@ -110,7 +95,9 @@ class Agent:
             retry_max_s=config.nvml_retry_max_s,
             clock=clock,
         )
-        self._key = SigningKey(config.signing_key)
+        # Re-read on change, so a key rotation restarts no agent; until a first good read every
+        # call retries and raises SigningKeyError (the hook then refuses allocations, saying why).
+        self._keys = VerifyingKeyFiles(config.verifying_keys, legacy_path=config.legacy_signing_key)
         self.ledger = AdmissionLedger(clock=clock)
         self.hook = HookServer(
             listen=config.hook_listen,
@@ -136,7 +123,7 @@ class Agent:
         if pods is not None:
             rebuilder = LedgerRebuilder(
                 pods, ledger=self.ledger, metrics=self.metrics, node_name=node_name,
-                key=self._key.get, devices=self.state.devices,
+                key=self._keys.verifying_keys, devices=self.state.devices,
             )
             self.rebuilder = rebuilder
             sweeper = AdmissionSweeper(
@@ -224,7 +211,7 @@ class Agent:
     def _hook_settings(self) -> HookSettings:
         return HookSettings(
             node_name=self.node_name,
-            key=self._key.get(),
+            key=self._keys.verifying_keys(),
             isolation=self.config.isolation,
             paths=self.config.isolation_paths,
         )
@@ -251,14 +238,14 @@ class Agent:
         """
         devices = self.state.devices()
         rebuilder = self.rebuilder
-        if rebuilder is None or rebuilder.tried or devices.discovery_error:
+        if rebuilder is None or not rebuilder.pending or devices.discovery_error:
             return devices
         if self.sweep_loop is not None:
             self.sweep_loop.poke()
         return replace(
             devices,
-            discovery_error="the agent is restoring its record of the GPU shares held by the pods already "
-            "running here; kubelet retries in a moment",
+            discovery_error="the agent has not yet restored its record of the GPU shares held by the pods "
+            f"already running here (it lists them {rebuilder.where}); kubelet retries",
         )
 
     def _when_ready(self, report: Callable[[NodeDevices], None]) -> None:
@@ -294,4 +281,4 @@ def _report_to_scheduler(reporter: SchedulerReporter, state: NodeState, resync: 
         resync.done()
 
 
-__all__ = ["Agent", "SigningKey", "SigningKeyError"]
+__all__ = ["Agent", "SigningKeyError"]

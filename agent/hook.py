@@ -29,7 +29,7 @@ from agent.pcitopology import sysfs_bus_id
 from apis import names
 from apis.allocation import Allocation, AllocationError, ContainerShare, GPUShare, lists_gpus
 from apis.devices import GPUInfo, NodeDevices
-from apis.signing import SignatureError, verify_pod_annotations
+from apis.signing import SignatureError, VerifyingKeys, verify_pod_annotations
 
 _MAX_PERCENT = 100
 _MIB = 1 << 20
@@ -64,7 +64,8 @@ NO_ANSWER = HookDecision()
 @dataclass(frozen=True)
 class HookSettings:
     node_name: str
-    key: bytes
+    #: The public keys (and, during the upgrade window, the v1 key) signatures are checked with.
+    key: VerifyingKeys
     isolation: Isolation = Isolation.HAMI_CORE
     paths: IsolationPaths = field(default_factory=IsolationPaths)
 
@@ -147,6 +148,13 @@ def decide(
         if part is None:
             continue
         part_bytes = _part_memory(part, gpu)
+        if part.core_percent == 0 and share.core_percent > 0:
+            # 0% reads as "no limit" to both backends: the container would take the pod's whole card.
+            problems.append(
+                f"gpu[{i}] {gpu.uuid}: container {part.name!r} is given memory only on a card where the pod has "
+                f"{share.core_percent}% of compute; it would run with no compute limit"
+            )
+            continue
         if part.core_percent > share.core_percent or part_bytes > share_bytes:
             problems.append(
                 f"gpu[{i}] {gpu.uuid}: container {part.name!r} is given {part.core_percent}% and {part_bytes} bytes, "

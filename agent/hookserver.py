@@ -11,6 +11,7 @@ a request.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import logging
 import os
@@ -24,6 +25,7 @@ from agent.admissions import AdmissionLedger
 from agent.hook import NO_ANSWER, HookDecision, HookRequest, HookSettings, decide
 from agent.metrics import AgentMetrics
 from apis import names
+from apis.allocation import lists_gpus
 from apis.devices import NodeDevices
 from apis.fgpu.v1 import hooks_pb2, hooks_pb2_grpc
 from apis.grpc_server import CHANNEL_OPTIONS, Address, add_health_and_reflection, add_listener
@@ -65,7 +67,7 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
             try:
                 settings = self._settings()
             except SigningKeyError as err:
-                if names.DEVICE_ALLOCATED not in hook_request.annotations:
+                if not lists_gpus(hook_request.annotations.get(names.DEVICE_ALLOCATED)):
                     return self._response(NO_ANSWER)
                 return self._response(HookDecision(rejection=f"fgpu agent cannot verify GPU allocations: {err}"))
             # Check and record under one lock: two pods racing for the last share of a GPU
@@ -167,7 +169,18 @@ def make_shared_dir(path: str) -> None:
     another's lock files.
     """
     os.makedirs(path, exist_ok=True)
-    os.chmod(path, 0o1777)
+    # Opened without following a symlink, checked to be ours, then changed through the open
+    # descriptor: a link planted at `path` must not make some other directory world-writable.
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        owner = os.fstat(fd).st_uid
+        if owner != os.geteuid():
+            raise PermissionError(
+                errno.EPERM, f"{path} is owned by uid {owner}, not the agent's; remove it so the agent creates it"
+            )
+        os.fchmod(fd, 0o1777)
+    finally:
+        os.close(fd)
 
 
 class HookServer:

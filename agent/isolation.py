@@ -61,12 +61,18 @@ class IsolationPaths:
     hami_preload: str = "/usr/local/vgpu/ld.so.preload"
     #: Host directory under which each container gets its own cache directory.
     hami_cache_root: str = "/var/lib/fgpu/hami-cache"
-    #: HAMi-core's cross-process lock directory, shared by all containers on the node.
-    hami_lock_dir: str = "/tmp/vgpulock"
+    #: Host directory for HAMi-core's cross-process locks, shared by all containers on the node and
+    #: mounted at `HAMI_LOCK_DIR_IN_CONTAINER`. Not under /tmp: a world-writable parent would let
+    #: anyone plant a symlink there before the agent makes the directory writable by every container.
+    hami_lock_dir: str = "/var/lib/fgpu/vgpulock"
     #: Where the library and the cache directory appear inside the container.
     hami_container_dir: str = "/usr/local/vgpu"
     #: Pipe directory of the node's MPS control daemon (mounted at the same path).
     mps_pipe_dir: str = "/run/nvidia/mps"
+
+
+#: HAMi-core's lock directory inside the container; the library has it built in.
+HAMI_LOCK_DIR_IN_CONTAINER = "/tmp/vgpulock"
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,10 @@ class ContainerEdits:
 
 
 #: Variables only HAMi-core reads that are not covered by `names.ISOLATION_ENV_PREFIXES`.
-_HAMI_NAMES = (names.HAMI_SHARED_CACHE, names.HAMI_DISABLE_CONTROL, names.HAMI_OVERSUBSCRIBE, names.HAMI_CORE_POLICY)
+_HAMI_NAMES = (
+    names.HAMI_SHARED_CACHE, names.HAMI_DISABLE_CONTROL, names.HAMI_OVERSUBSCRIBE, names.HAMI_CORE_POLICY,
+    names.HAMI_REDIRECT,
+)
 
 
 def is_isolation_variable(name: str) -> bool:
@@ -143,6 +152,9 @@ def edits_for(
         envs.append((names.HAMI_SM_LIMIT, str(min(_sm_limit(g) for g in gpus))))
         envs.append((names.HAMI_MEMORY_LIMIT, f"{min(g.memory_bytes for g in gpus) // _MIB}m"))
         envs.append((names.HAMI_SHARED_CACHE, os.path.join(cache_container, "vgpu.cache")))
+        # HAMi-core resolves CUDA symbols through the library this names: pointing it at the real
+        # libcuda would skip every limit. Its built-in default is the library's own path.
+        envs.append((names.HAMI_REDIRECT, os.path.join(paths.hami_container_dir, "libvgpu.so")))
         # Pinned rather than removed: the image's own ENV would otherwise still apply.
         envs += [
             (names.HAMI_DISABLE_CONTROL, "false"),
@@ -153,7 +165,7 @@ def edits_for(
             Mount(container_path=cache_container, host_path=cache_host, readonly=False),
             Mount(container_path=os.path.join(paths.hami_container_dir, "libvgpu.so"), host_path=paths.hami_library),
             Mount(container_path="/etc/ld.so.preload", host_path=paths.hami_preload),
-            Mount(container_path=paths.hami_lock_dir, host_path=paths.hami_lock_dir, readonly=False),
+            Mount(container_path=HAMI_LOCK_DIR_IN_CONTAINER, host_path=paths.hami_lock_dir, readonly=False),
         ]
         host_dirs += [cache_host, paths.hami_lock_dir]
     elif applied is Isolation.MPS:

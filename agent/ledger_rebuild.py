@@ -4,8 +4,8 @@ The ledger (`agent.admissions`) lives in memory, so a restarted agent would
 forget every pod it admitted and let a new pod overcommit their GPUs. At
 start it asks its `PodSource` (the Kubernetes API, or without it the
 container runtime over CRI) which pods run on the node and restores an entry
-for each one whose allocation verifies: signed with the cluster key for that
-pod UID on this node (`apis.signing.verify_pod_annotations`). An allocation
+for each one whose allocation verifies: signed with one of the scheduler's keys
+for that pod UID on this node (`apis.signing.verify_pod_annotations`). An allocation
 that does not verify is not counted and is logged with the pod and the
 reason, so a forged annotation cannot block GPUs. What a pod holds is
 `agent.hook.holds_of`, which counts a share even on a GPU that is unhealthy
@@ -13,15 +13,20 @@ now: a rebuild can only make GPUs look fuller, never freer.
 
 Order at start (`agent.daemon.Agent.start`): the NVML worker first, then one
 rebuild once discovery has produced devices, then the hook server. The
-rebuild needs the devices (to resolve shares to GPUs) and the signing key;
+rebuild needs the devices (to resolve shares to GPUs) and the verifying keys;
 while either is missing it waits (the hook refuses allocations then anyway),
 and the agent's hook sees the node as not ready until one rebuild has been
 tried with both in hand.
 
 A failed listing (API server or runtime down) does not stop the agent: it
-logs a warning, the ledger stays empty (admissions go on without counting the
-running pods), and the rebuild is retried with the admission sweep, on its
-backoff and period, until one listing succeeds. Restoring merges: an entry a
+logs a warning, and the rebuild is retried with the admission sweep, on its
+backoff and period, until one listing succeeds. Until then the hook refuses
+GPU allocations (kubelet retries them); pods without one are not affected.
+
+Only pods the hook could have admitted together are restored: a pod with a
+created container first (it was admitted), then by age; a verified pod that
+would overcommit a GPU on top of those is one the hook refused (a stale
+scheduler view), and counting it would block the pods really running. Restoring merges: an entry a
 real admission recorded in the meantime wins, and the rebuild never releases
 anything (releasing is the sweep's job).
 """
@@ -41,7 +46,7 @@ from agent.metrics import AgentMetrics
 from apis import names
 from apis.allocation import AllocationError
 from apis.devices import NodeDevices
-from apis.signing import SignatureError, SigningKeyError, verify_pod_annotations
+from apis.signing import SignatureError, SigningKeyError, VerifyingKeys, verify_pod_annotations
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +58,9 @@ class SkipReason(enum.Enum):
     UNVERIFIED = "unverified"
     #: Verified, but lists no GPU, or none of its GPUs is on the node now.
     HOLDS_NOTHING = "holds-nothing"
+    #: Verified, but counting it would overcommit a GPU the pods restored before it hold: the hook
+    #: refused it (a stale scheduler view), and it waits on the node for kubelet's retries.
+    OVERCOMMIT = "overcommit"
 
 
 @dataclass(frozen=True)
@@ -75,7 +83,7 @@ class Restored:
 
 
 def restored_admissions(
-    pods: Iterable[PodSeen], *, key: bytes, node_name: str, devices: NodeDevices
+    pods: Iterable[PodSeen], *, key: VerifyingKeys, node_name: str, devices: NodeDevices
 ) -> Restored:
     """Pure: which ledger entries the pods listed on `node_name` stand for.
 
@@ -87,7 +95,7 @@ def restored_admissions(
     for p in pods:
         if p.uid and names.DEVICE_ALLOCATED in p.annotations:
             by_uid.setdefault(p.uid, []).append(p)
-    entries: list[tuple[str, tuple[Hold, ...]]] = []
+    verified: list[tuple[PodSeen, tuple[Hold, ...]]] = []
     skipped: list[Skipped] = []
     for uid, listed in by_uid.items():
         live = [p for p in listed if not p.finished]
@@ -110,8 +118,45 @@ def restored_admissions(
             )
             skipped.append(Skipped(uid, who, SkipReason.HOLDS_NOTHING, detail))
             continue
-        entries.append((uid, holds))
+        verified.append((pod, holds))
+    entries = _admissible(verified, devices, skipped)
     return Restored(entries=tuple(entries), skipped=tuple(skipped))
+
+
+def _admissible(
+    verified: list[tuple[PodSeen, tuple[Hold, ...]]], devices: NodeDevices, skipped: list[Skipped]
+) -> list[tuple[str, tuple[Hold, ...]]]:
+    """The verified pods the hook could have admitted together, as it did: a pod with a running
+    container first (it was admitted), then the oldest. A pod that would overcommit a GPU on top
+    of those is one the hook refused; counting it would block the pods really running."""
+    memory = {g.uuid: g.memory_bytes for g in devices.gpus}
+    core: dict[str, int] = {}
+    used: dict[str, int] = {}
+    migs: set[str] = set()
+    out: list[tuple[str, tuple[Hold, ...]]] = []
+    for pod, holds in sorted(verified, key=lambda e: (not e[0].started, e[0].created or "~", e[0].uid)):
+        over = [
+            h.gpu_uuid for h in holds
+            if (h.mig_uuid and h.mig_uuid in migs) or (not h.mig_uuid and (
+                core.get(h.gpu_uuid, 0) + h.core_percent > 100
+                or used.get(h.gpu_uuid, 0) + h.memory_bytes > memory.get(h.gpu_uuid, 0)
+            ))
+        ]
+        if over:
+            who = f"{pod.name} ({pod.uid})" if pod.name else pod.uid
+            skipped.append(Skipped(pod.uid, who, SkipReason.OVERCOMMIT, (
+                f"its share of {', '.join(sorted(set(over)))} does not fit beside the pods restored before it; "
+                "the hook refused it, and it holds nothing"
+            )))
+            continue
+        for h in holds:
+            if h.mig_uuid:
+                migs.add(h.mig_uuid)
+            else:
+                core[h.gpu_uuid] = core.get(h.gpu_uuid, 0) + h.core_percent
+                used[h.gpu_uuid] = used.get(h.gpu_uuid, 0) + h.memory_bytes
+        out.append((pod.uid, holds))
+    return out
 
 
 class LedgerRebuilder:
@@ -128,7 +173,7 @@ class LedgerRebuilder:
         ledger: AdmissionLedger,
         metrics: AgentMetrics,
         node_name: str,
-        key: Callable[[], bytes],
+        key: Callable[[], VerifyingKeys],
         devices: Callable[[], NodeDevices],
     ) -> None:
         """`key` raises SigningKeyError while the key cannot be read; `devices` is the node's current picture."""
@@ -141,6 +186,11 @@ class LedgerRebuilder:
         self._lock = threading.Lock()
         self.pending = True
         self.tried = False
+
+    @property
+    def where(self) -> str:
+        """Where the pods are listed from, for messages."""
+        return self._source.where
 
     def rebuild(self) -> bool:
         """One attempt unless done already; True once done.
@@ -165,9 +215,9 @@ class LedgerRebuilder:
             except Exception as err:
                 if not self.tried:
                     log.warning(
-                        "cannot list the pods %s to restore the admission ledger (%s); starting with an empty "
-                        "ledger, so new pods are admitted without counting the pods already running, "
-                        "until a retry with the admission sweep succeeds",
+                        "cannot list the pods %s to restore the admission ledger (%s); GPU allocations are "
+                        "refused (kubelet retries) until a retry with the admission sweep succeeds, since "
+                        "admitting them without the pods already running could overcommit a GPU",
                         self._source.where, err,
                     )
                 self.tried = True
@@ -175,9 +225,11 @@ class LedgerRebuilder:
             try:
                 decision = restored_admissions(pods, key=key, node_name=self._node, devices=devices)
             except Exception:
-                # A bug here must not hold the hook back for good; the sweep loop tries again.
+                # A bug here must not hold GPU pods back for good: go on with an empty record, loudly.
                 self.tried = True
-                raise
+                self.pending = False
+                log.exception("admission ledger rebuild failed; GPU pods are admitted without the pods already running")
+                return True
             restored = self._ledger.restore(decision.entries)
             self.pending = False
             self.tried = True

@@ -1,7 +1,8 @@
 """`fgpu-agent`: the node agent's command line.
 
     fgpu-agent [--config FILE] [--node-name NAME] [--kubeconfig FILE] [--hook-listen unix:///PATH]
-               [--isolation hami-core|mps|none] [--fake-nvml INVENTORY.yaml] [--signing-key FILE]
+               [--isolation hami-core|mps|none] [--fake-nvml INVENTORY.yaml]
+               [--verifying-keys PATH] [--legacy-signing-key FILE]
                [--scheduler ADDRESS] [--no-kubernetes] [--runtime-endpoint unix:///PATH]
                [--metrics-listen HOST:PORT]
                [--once [--print device|node]]
@@ -53,7 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hook-listen", help="RuntimeHooks socket, e.g. unix:///var/run/fgpu-agent/hooks.sock")
     p.add_argument("--isolation", choices=["hami-core", "mps", "none"], help="isolation backend for GPU shares")
     p.add_argument("--fake-nvml", metavar="INVENTORY.yaml", help="use the fake NVML driven by this inventory")
-    p.add_argument("--signing-key", help="cluster key that allocation signatures are checked with")
+    p.add_argument(
+        "--verifying-keys", metavar="PATH",
+        help="the scheduler's public keys that allocation signatures are checked with: a PEM file or a "
+        "directory of them, re-read on change (default /etc/fgpu/verifying-keys)",
+    )
+    p.add_argument(
+        "--legacy-signing-key", metavar="FILE",
+        help="the v1 HMAC cluster key, to accept v1 signatures during the upgrade window only",
+    )
     p.add_argument("--scheduler", help="also send ReportDevices to the scheduler service at this address")
     p.add_argument(
         "--runtime-endpoint",
@@ -76,7 +85,8 @@ def load_settings(args: argparse.Namespace) -> AgentConfig:
         hook_listen=args.hook_listen,
         isolation=args.isolation,
         fake_nvml=args.fake_nvml,
-        signing_key=args.signing_key,
+        verifying_keys=args.verifying_keys,
+        legacy_signing_key=args.legacy_signing_key,
         scheduler=args.scheduler,
         metrics_listen=args.metrics_listen,
         runtime_endpoint=args.runtime_endpoint,
@@ -143,7 +153,7 @@ def run_once(config: AgentConfig, *, node_name: str, print_what: str | None) -> 
         finally:
             kube.close()
     if config.scheduler:
-        sched = SchedulerReporter(config.scheduler)
+        sched = SchedulerReporter(config.scheduler, tls_files=config.scheduler_tls)
         try:
             sched.report(devices, (), force=True)
         finally:
@@ -154,7 +164,7 @@ def run_once(config: AgentConfig, *, node_name: str, print_what: str | None) -> 
 def run_daemon(config: AgentConfig, *, node_name: str) -> int:
     nvml, topology = nvml_for(config)
     kube = Kube.connect(kubeconfig=config.kubeconfig) if config.report_to_kubernetes else None
-    scheduler = SchedulerReporter(config.scheduler) if config.scheduler else None
+    scheduler = SchedulerReporter(config.scheduler, tls_files=config.scheduler_tls) if config.scheduler else None
     agent = Agent(config, node_name=node_name, nvml=nvml, topology=topology, kube=kube, scheduler=scheduler)
     stopping = threading.Event()
 

@@ -32,6 +32,8 @@ def pods_seen(items: Iterable[JSON]) -> list[PodSeen]:
                 finished=phase in FINISHED_PHASES,
                 name=_name(meta.get("namespace"), meta.get("name")),
                 annotations=_text_map(meta.get("annotations")),
+                started=_has_container(status),
+                created=str(meta.get("creationTimestamp") or ""),
             ))
     return seen
 
@@ -49,10 +51,22 @@ def sandboxes_seen(sandboxes: Iterable[Sandbox]) -> list[PodSeen]:
             finished=not s.ready,
             name=_name(s.pod_namespace, s.pod_name),
             annotations=s.annotations,
+            created=f"{s.created_at_ns:020d}" if s.created_at_ns else "",
         )
         for s in sandboxes
         if s.pod_uid
     ]
+
+
+def _has_container(status: object) -> bool:
+    """Whether kubelet reports a created container (one with a containerID) for the pod."""
+    if not isinstance(status, dict):
+        return False
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for entry in status.get(key) or []:
+            if isinstance(entry, dict) and entry.get("containerID"):
+                return True
+    return False
 
 
 def _name(namespace: object, name: object) -> str:

@@ -3,6 +3,12 @@
 The report is sent when the devices changed since the last accepted one, and
 on every resync anyway, so a scheduler that restarted and lost its state has
 it back within a resync period.
+
+Only a scheduler with the embedded state backend takes reports; one on the
+kubernetes backend refuses them (PERMISSION_DENIED): there a node's GPUs come
+only from its Device object. A scheduler on TCP beyond loopback listens only
+with mutual TLS, so `tls` then carries this agent's certificate and key and
+the CA of the scheduler's certificate (agent config `schedulerTLS`).
 """
 
 from __future__ import annotations
@@ -16,9 +22,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from agent.errors import SchedulerUnavailable
 from agent.usage import GPUUsage
+from apis import tls
 from apis.devices import NodeDevices, to_proto
 from apis.fgpu.v1 import device_pb2, scheduler_pb2, scheduler_pb2_grpc
-from apis.grpc_server import insecure_channel
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +52,9 @@ def report_message(devices: NodeDevices, usage: Sequence[GPUUsage], *, now: floa
 
 
 class SchedulerReporter:
-    def __init__(self, address: str, *, timeout_s: float = 5.0) -> None:
+    def __init__(self, address: str, *, tls_files: tls.TLSFiles = tls.TLSFiles(), timeout_s: float = 5.0) -> None:
         self._address = address
-        self._channel = insecure_channel(address, field="--scheduler")
+        self._channel = tls.grpc_channel(address, tls_files, field="--scheduler")
         self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)  # type: ignore[no-untyped-call]
         self._timeout = timeout_s
         self._last: NodeDevices | None = None

@@ -94,6 +94,15 @@ def _place(
     parts: dict[int, list[ContainerShare]],
 ) -> None:
     request = c.request
+    if request.core_percent == 0 and any(
+        allocation.gpus[r.index].core_percent > 0 and not allocation.gpus[r.index].mig_uuid for r in rooms
+    ):
+        # Backends read a 0% compute limit as "no limit": beside containers with a compute share,
+        # a memory-only container would take the whole card's compute.
+        raise SplitError(
+            f"container {c.name!r} asks for GPU memory only, on cards where the pod also asks for compute; it would "
+            "run with no compute limit at all: give it a gpu-core request too (its own share of the card's compute)"
+        )
     fitting = []
     for room in rooms:
         core, memory, _ = _need(request, totals[room.index])

@@ -35,7 +35,8 @@ KOORDINATOR_RESOURCES: Final = (GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, GPU_SHAR
 #: The allocation the scheduler made: Koordinator's DeviceAllocations JSON,
 #: e.g. {"gpu":[{"minor":0,"id":"GPU-...","resources":{"koordinator.sh/gpu-core":"50"}}]}.
 DEVICE_ALLOCATED: Final = "scheduling.koordinator.sh/device-allocated"
-#: HMAC-SHA256 over pod UID + node + DEVICE_ALLOCATED value, "v1:<hex>".
+#: Ed25519 over pod UID + node + DEVICE_ALLOCATED value, "v2:<key id>:<base64url>"
+#: (apis/signing.py; "v1:<hex>" HMAC ones only during the upgrade window).
 ALLOCATION_SIGNATURE: Final = "fgpu.io/allocation-signature"
 #: Node the signed allocation is for (so a node can refuse a foreign one).
 ALLOCATION_NODE: Final = "fgpu.io/allocation-node"
@@ -76,12 +77,31 @@ NODE_GPU_DRIVER_VERSION: Final = "node.koordinator.sh/gpu-driver-version"
 #: so an agent running as a pod cannot deadlock its own creation.
 HOOK_SERVER_LABEL: Final = "fgpu.io/hook-server"
 
+# --- Node taints Kubernetes itself sets (kube-scheduler and the node lifecycle controller) ---
+
+#: Taint kube-scheduler reads spec.unschedulable (cordon) as; a pod tolerating it may still land.
+TAINT_UNSCHEDULABLE: Final = "node.kubernetes.io/unschedulable"
+#: Taint the node lifecycle controller sets while condition Ready is False.
+TAINT_NOT_READY: Final = "node.kubernetes.io/not-ready"
+#: Taint the node lifecycle controller sets while condition Ready is Unknown (kubelet silent).
+TAINT_UNREACHABLE: Final = "node.kubernetes.io/unreachable"
+#: Taint the node lifecycle controller sets while condition NetworkUnavailable is True.
+TAINT_NETWORK_UNAVAILABLE: Final = "node.kubernetes.io/network-unavailable"
+
 # --- Scheduler ---------------------------------------------------------------
 
 #: schedulerName of pods the standalone scheduler binds itself.
 SCHEDULER_NAME: Final = "fgpu-scheduler"
 #: Lease used for leader election of the standalone scheduler.
 LEADER_LEASE_NAME: Final = "fgpu-scheduler"
+#: Secret (in the fgpu namespace) with the scheduler's Ed25519 private key, mounted in the scheduler only.
+SIGNING_KEY_SECRET: Final = "fgpu-scheduler-signing-key"
+#: Its data key: the file the scheduler's `signingKey` names.
+SIGNING_KEY_FILE: Final = "signing-key.pem"
+#: ConfigMap with the public keys allocation signatures are verified with, one data key per key.
+VERIFYING_KEYS_CONFIGMAP: Final = "fgpu-verifying-keys"
+#: Secret with the v1 HMAC cluster key of fgpu before v2 signatures; kept only for the upgrade window.
+LEGACY_SIGNING_KEY_SECRET: Final = "fgpu-signing-key"
 
 # --- The Device custom resource (Koordinator scheduling.koordinator.sh/v1alpha1) ---
 
@@ -123,6 +143,8 @@ HAMI_MEMORY_LIMIT: Final = "CUDA_DEVICE_MEMORY_LIMIT"
 HAMI_DISABLE_CONTROL: Final = "CUDA_DISABLE_CONTROL"
 #: HAMi-core: "true" lets device memory spill past the limit; pinned to "false".
 HAMI_OVERSUBSCRIBE: Final = "CUDA_OVERSUBSCRIBE"
+#: HAMi-core: the library CUDA symbols are looked up in; pinned to libvgpu.so itself.
+HAMI_REDIRECT: Final = "CUDA_REDIRECT"
 #: HAMi-core: "disable" ignores the compute limit; pinned to "default".
 HAMI_CORE_POLICY: Final = "GPU_CORE_UTILIZATION_POLICY"
 #: Name prefixes of every variable HAMi-core or the MPS client reads, for removing the pod's own.

@@ -6,7 +6,10 @@ another product's resources, which the translation rules map onto
 Koordinator's first. Every request then passes the same checks, and each
 failure is one message naming the container, the resource, the value and the
 fix. Containers combine with Kubernetes' effective-request rule, per resource,
-as the scheduler counts them.
+as the scheduler counts them, and, as in Koordinator, the checks apply to that
+sum: a zero quantity counts as not written, and a container need not be a
+valid request on its own. Each container's own part, for splitting the pod's
+GPUs among them, is `container_requests`.
 
 This module reads the pod; the request value (`DeviceRequest`, `RequestError`)
 is in apis/device_request.py and the checks in apis/request_checks.py.
@@ -22,6 +25,7 @@ from fractions import Fraction
 from typing import Any
 
 from apis import names
+from apis.allocation import Allocation, GPUShare
 from apis.device_request import DeviceRequest, RequestError
 from apis.pods import (
     ContainerKind,
@@ -32,7 +36,7 @@ from apis.pods import (
     pod_overhead,
 )
 from apis.quantity import format_bytes, parse_quantity
-from apis.request_checks import derive_request
+from apis.request_checks import derive_request, spread_request
 from apis.translation import KOORDINATOR_SOURCE, Term, TranslationRules, problem
 
 __all__ = ["ContainerRequest", "DeviceRequest", "RequestError", "container_requests", "parse_pod", "pod_cpu_memory"]
@@ -48,50 +52,21 @@ class ContainerRequest:
 
 
 def container_requests(pod: Mapping[str, Any] | Any, *, rules: TranslationRules | None = None) -> list[ContainerRequest]:
-    """Each container that asks for GPUs, with its own request (init containers first, in spec order).
+    """Each container that asks for GPUs, with its own part (init containers first, in spec order).
 
-    Raises RequestError when a container's request is invalid, as parse_pod does.
+    The parts always lay out together on the pod's request (`apis.container_split`).
+    A container's part is its own request when every GPU container's own request
+    is valid alone and they lay out together; otherwise every GPU container gets
+    its own amounts spread evenly over all the pod's cards (`spread_request`).
+    Raises RequestError when the pod is invalid, as parse_pod does (parse_pod
+    also refuses a pod whose containers cannot share its cards).
     """
-    rules = rules if rules is not None else TranslationRules.default()
-    errors: list[str] = []
-    out: list[ContainerRequest] = []
-    for container in _containers(pod):
-        part = _container_part(container, rules, errors)
-        if part is not None:
-            out.append(ContainerRequest(name=part.name, kind=part.kind, request=part.request))
-    if errors:
-        raise RequestError(errors)
-    return out
+    return _read(pod, rules)[1]
 
 
 def parse_pod(pod: Mapping[str, Any] | Any, *, rules: TranslationRules | None = None) -> DeviceRequest | None:
     """The pod's GPU request; None when it asks for none. Raises RequestError when invalid."""
-    rules = rules if rules is not None else TranslationRules.default()
-    errors: list[str] = []
-    parts: list[_Part] = []
-    for container in _containers(pod):
-        part = _container_part(container, rules, errors)
-        if part is not None:
-            parts.append(part)
-    if errors:
-        raise RequestError(errors)
-    if not parts:
-        return None
-    sources = sorted({p.source for p in parts})
-    if len(sources) > 1:
-        styles = ", ".join(f"{p.where} asks as {p.source} ({_first_term(p)})" for p in parts)
-        raise RequestError(
-            [f"{styles}: containers of one pod must ask for GPUs in one style; write them all in the same resources"]
-        )
-    if len(parts) == 1:
-        return parts[0].request
-    total = effective_requests((p.kind, p.amounts) for p in parts)
-    terms = {key: _total_term(key, value, parts) for key, value in total.items()}
-    where = "containers " + ", ".join(f'"{p.name}"' for p in parts) + " together"
-    combined = derive_request(amounts=total, terms=terms, where=where, source=sources[0], errors=errors)
-    if combined is None:
-        raise RequestError(errors)
-    return combined
+    return _read(pod, rules)[0]
 
 
 def pod_cpu_memory(pod: Mapping[str, Any] | Any) -> tuple[int, int]:
@@ -134,12 +109,110 @@ def pod_cpu_memory(pod: Mapping[str, Any] | Any) -> tuple[int, int]:
     return math.ceil(total.get("cpu", Fraction(0)) * 1000), math.ceil(total.get("memory", Fraction(0)))
 
 
+# --- the pod ----------------------------------------------------------------------------
+
+
+def _read(pod: Mapping[str, Any] | Any, rules: TranslationRules | None) -> tuple[DeviceRequest | None, list[ContainerRequest]]:
+    """The pod's request and its containers' parts; raises RequestError with every problem found."""
+    rules = rules if rules is not None else TranslationRules.default()
+    errors: list[str] = []
+    parts: list[_Part] = []
+    for container in _containers(pod):
+        part = _container_part(container, rules, errors)
+        if part is not None:
+            parts.append(part)
+    if errors:
+        raise RequestError(errors)
+    if not parts:
+        return None, []
+    sources = sorted({p.source for p in parts})
+    if len(sources) > 1:
+        styles = ", ".join(f"{p.where} asks as {p.source} ({_first_term(p)})" for p in parts)
+        raise RequestError(
+            [f"{styles}: containers of one pod must ask for GPUs in one style; write them all in the same resources"]
+        )
+    if len(parts) == 1:
+        (only,) = parts
+        request = derive_request(amounts=only.amounts, terms=only.terms, where=only.where, source=only.source,
+                                 errors=errors, memory_hint=only.memory_hint)
+    else:
+        # Koordinator validates the pod's summed request only (utils.go, GetPodDeviceRequests).
+        total = effective_requests((p.kind, p.amounts) for p in parts)
+        terms = {key: _total_term(key, value, parts) for key, value in total.items()}
+        where = "containers " + ", ".join(f'"{p.name}"' for p in parts) + " together"
+        request = derive_request(amounts=total, terms=terms, where=where, source=sources[0], errors=errors,
+                                 memory_hint=parts[0].memory_hint)
+    if request is None:
+        if errors:
+            raise RequestError(errors)
+        return None, []
+    if len(parts) == 1:
+        return request, [ContainerRequest(name=parts[0].name, kind=parts[0].kind, request=request)]
+    return request, _parts_of(parts, request)
+
+
+def _parts_of(parts: Sequence[_Part], pod_request: DeviceRequest) -> list[ContainerRequest]:
+    """Each container's own request if all are valid alone and lay out together, else each spread over all cards.
+
+    Raises RequestError when even the spread parts cannot share the cards (the split's own
+    rules, e.g. a memory-only container beside containers with compute), so that the pod is
+    refused when it is read rather than when it is bound.
+    """
+    own: list[ContainerRequest] = []
+    for part in parts:
+        alone = derive_request(amounts=part.amounts, terms=part.terms, where=part.where, source=part.source, errors=[])
+        if alone is None:
+            break
+        own.append(ContainerRequest(name=part.name, kind=part.kind, request=alone))
+    else:
+        if _split_problem(own, pod_request) is None:
+            return own
+    errors: list[str] = []
+    spread = []
+    for part in parts:
+        request = spread_request(amounts=part.amounts, terms=part.terms, where=part.where, source=part.source,
+                                 gpus=pod_request.gpus, errors=errors, memory_hint=part.memory_hint)
+        if request is not None:
+            spread.append(ContainerRequest(name=part.name, kind=part.kind, request=request))
+    if errors:
+        raise RequestError(errors)
+    unsplittable = _split_problem(spread, pod_request)
+    if unsplittable is not None:
+        raise RequestError([unsplittable])
+    return spread
+
+
+def _split_problem(containers: Sequence[ContainerRequest], pod_request: DeviceRequest) -> str | None:
+    """Why apis.container_split cannot lay `containers` over an allocation of `pod_request`; None when it can.
+
+    The split itself decides, over cards shaped like the request: memory in
+    percent units for a ratio (a real card's bytes round the same way or
+    better), or the request's bytes.
+    """
+    # apis.container_split imports ContainerRequest from this module, so it is imported here.
+    from apis.container_split import SplitError, split_allocation
+
+    size = pod_request.memory_bytes or 100
+    memory = size if pod_request.whole else pod_request.memory_bytes_on(size)
+    ratio = pod_request.memory_ratio_percent or 100
+    cards = tuple(
+        GPUShare(minor=i, uuid=f"card-{i}", core_percent=pod_request.core_percent, memory_bytes=memory,
+                 memory_ratio_percent=ratio)
+        for i in range(pod_request.gpus)
+    )
+    try:
+        split_allocation(Allocation(gpus=cards), containers, gpu_memory={c.uuid: size for c in cards})
+    except SplitError as exc:
+        return str(exc)
+    return None
+
+
 # --- one container --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class _Part:
-    """A container that asks for GPUs, in Koordinator amounts."""
+    """A container that asks for GPUs, in Koordinator amounts (not yet checked: the pod's sum is)."""
 
     name: str
     where: str
@@ -147,7 +220,8 @@ class _Part:
     source: str
     amounts: Mapping[str, int]
     terms: Mapping[str, Term]
-    request: DeviceRequest
+    #: How to add memory in the resources the container used (for "core alone" messages).
+    memory_hint: str
 
 
 def _containers(pod: Mapping[str, Any] | Any) -> list[ContainerResources]:
@@ -169,7 +243,12 @@ def _container_part(container: ContainerResources, rules: TranslationRules, erro
     if not koord and not vendor:
         return None
     first_errors = len(errors)
-    values, raw = _values(container, [*koord, *vendor], errors)
+    values, raw, zeros = _values(container, [*koord, *vendor], errors)
+    # A zero is no request (Koordinator: quotav1.RemoveZeros in GetPodDeviceRequests).
+    koord = [r for r in koord if r not in zeros]
+    vendor = [r for r in vendor if r not in zeros]
+    if not koord and not vendor and len(errors) == first_errors:
+        return None
     if koord and vendor:
         errors.append(
             problem(
@@ -210,26 +289,29 @@ def _container_part(container: ContainerResources, rules: TranslationRules, erro
             return None
         source, amounts, terms = rule.name, translated.amounts, translated.terms
         memory_hint = rule.memory_hint()
-    request = derive_request(amounts=amounts, terms=terms, where=where, source=source, errors=errors, memory_hint=memory_hint)
-    if request is None:
-        return None
-    return _Part(container.name, where, container.kind, source, amounts, terms, request)
+    return _Part(container.name, where, container.kind, source, amounts, terms, memory_hint)
 
 
-def _values(container: ContainerResources, resources: Sequence[str], errors: list[str]) -> tuple[dict[str, int], dict[str, str]]:
-    """Positive whole values of the resources (limits if given, as Kubernetes defaults requests)."""
+def _values(
+    container: ContainerResources, resources: Sequence[str], errors: list[str]
+) -> tuple[dict[str, int], dict[str, str], set[str]]:
+    """Whole values of the resources (limits if given, as Kubernetes defaults requests), and those that are zero.
+
+    A zero is left out of the values: Kubernetes and Koordinator read it as no request.
+    """
     where = _where(container)
     values: dict[str, int] = {}
     raw_text: dict[str, str] = {}
+    zeros: set[str] = set()
     for resource in resources:
         request, limit = container.requests.get(resource), container.limits.get(resource)
         raw = limit if limit is not None else request
         raw_text[resource] = str(raw)
-        parsed = _positive_whole(resource, raw, where, errors)
+        parsed = _whole(resource, raw, where, errors)
         if parsed is None:
             continue
         if request is not None and limit is not None:
-            other = _positive_whole(resource, request, where, errors)
+            other = _whole(resource, request, where, errors)
             if other is None:
                 continue
             if other != parsed:
@@ -239,8 +321,11 @@ def _values(container: ContainerResources, resources: Sequence[str], errors: lis
                             fix=f"set both to the same value, or give only limits: {limit}")
                 )
                 continue
-        values[resource] = parsed
-    return values, raw_text
+        if parsed == 0:
+            zeros.add(resource)
+        else:
+            values[resource] = parsed
+    return values, raw_text, zeros
 
 
 _HUGE_EXPONENT = re.compile(r"[eE][+-]?\d{3,}")
@@ -255,7 +340,7 @@ def _quantity(raw: object, resource: str) -> Fraction:
     return parse_quantity(raw, field=resource)
 
 
-def _positive_whole(resource: str, raw: object, where: str, errors: list[str]) -> int | None:
+def _whole(resource: str, raw: object, where: str, errors: list[str]) -> int | None:
     example = "20Gi" if resource == names.GPU_MEMORY else "50"
     try:
         value = _quantity(raw, resource)
@@ -263,9 +348,9 @@ def _positive_whole(resource: str, raw: object, where: str, errors: list[str]) -
         errors.append(problem(where=where, resource=resource, value=raw, what="is not a number",
                               fix=f"write a whole number such as {example}"))
         return None
-    if value <= 0:
-        errors.append(problem(where=where, resource=resource, value=raw, what="must be positive",
-                              fix=f"ask for at least 1, or remove {resource} to ask for none"))
+    if value < 0:
+        errors.append(problem(where=where, resource=resource, value=raw, what="is negative",
+                              fix=f"ask for 1 or more, or for 0 (or remove {resource}) to ask for none"))
         return None
     if value.denominator != 1:
         errors.append(problem(where=where, resource=resource, value=raw, what="is fractional",

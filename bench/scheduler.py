@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from apis import names
 from apis.devices import GPUInfo, NodeDevices
+from apis.signing import SigningKey
 from scheduler_plugin.backend_embedded import EmbeddedBackend
 from scheduler_plugin.core.api import NodeName, PodRequest, PodUID
 from scheduler_plugin.core.scheduler import Scheduler
@@ -123,7 +124,7 @@ def run(size: int, *, trace: str | None, pods: int, seed: int, policy: str) -> d
     with tempfile.TemporaryDirectory() as tmp:
         backend = EmbeddedBackend(path=os.path.join(tmp, "bench.db"))
         core = Scheduler(policy=policy, tie_break_seed=seed)
-        service = SchedulingService(core_factory=lambda: core, backend=backend, signing_key=b"bench")
+        service = SchedulingService(core_factory=lambda: core, backend=backend, signing_key=SigningKey.generate())
         backend.start(service)
         for name, gpus, model in layout:
             service.on_devices(devices(name, gpus, model))  # the feed path: no SQLite write per node

@@ -4,7 +4,9 @@ Two sources give the same per-GPU rows:
 
 - `read_api(kubeconfig)`: Device resources + pod annotations from the Kubernetes API, rebuilt here
   by the scheduler's own loading code; it also keeps the Node facts (CPU/memory), the pods, and,
-  when asked, the PodDisruptionBudgets.
+  when asked, the PodDisruptionBudgets. Given a verifier it counts allocations that do not verify
+  as the scheduler does (`scheduler_plugin.boundpods`) and lists them; without one, nothing is
+  checked and allocations are counted as written.
 - `from_scheduler(address)`: a running scheduler's own view (GetNodeState); GPUs and shares only.
 """
 
@@ -12,12 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apis import grpc_server
 from apis.devices import GPUInfo
 from apis.fgpu.v1 import device_pb2, scheduler_pb2, scheduler_pb2_grpc
 from scheduler_plugin.core.api import GPUView, NodeInfo, NodeView
+
+if TYPE_CHECKING:
+    from scheduler_plugin.boundpods import Unverified, Verifier
 
 JSON = dict[str, Any]
 
@@ -56,6 +61,23 @@ class NodeRow:
 
 
 @dataclass(frozen=True)
+class UnverifiedRow:
+    """A bound pod whose allocation does not verify, and what the scheduler counts for it instead."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    problem: str
+    #: "last-verified", "request" or "nothing" (scheduler_plugin.boundpods.Basis)
+    counted_as: str
+    #: what is counted, summed over its GPUs
+    core_percent: int
+    memory_bytes: int
+    message: str
+
+
+@dataclass(frozen=True)
 class ApiState:
     """What `read_api` saw at one moment."""
 
@@ -66,6 +88,8 @@ class ApiState:
     pods: Mapping[str, JSON] = field(default_factory=dict)
     #: policy/v1 PodDisruptionBudgets as the API wrote them (only when asked for)
     budgets: tuple[JSON, ...] = ()
+    #: bound pods whose allocation does not verify; None when nothing was checked (no verifier)
+    unverified: tuple[UnverifiedRow, ...] | None = None
 
 
 def from_scheduler(address: str, nodes: Sequence[str]) -> list[NodeRow]:
@@ -91,8 +115,11 @@ def from_api(kubeconfig: str, nodes: Sequence[str]) -> list[NodeRow]:
     return list(read_api(kubeconfig, nodes).rows)
 
 
-def read_api(kubeconfig: str, nodes: Sequence[str], *, budgets: bool = False) -> ApiState:
-    """Devices, Nodes and pods (and PodDisruptionBudgets when `budgets`) from the cluster at `kubeconfig`."""
+def read_api(kubeconfig: str, nodes: Sequence[str], *, budgets: bool = False, verify: Verifier | None = None) -> ApiState:
+    """Devices, Nodes and pods (and PodDisruptionBudgets when `budgets`) from the cluster at `kubeconfig`.
+
+    With `verify`, allocations are checked and counted as the scheduler counts them.
+    """
     from scheduler_plugin import pods as pod_objects
     from scheduler_plugin.backend_kubernetes import KubernetesBackend
     from scheduler_plugin.core.scheduler import Scheduler
@@ -103,9 +130,10 @@ def read_api(kubeconfig: str, nodes: Sequence[str], *, budgets: bool = False) ->
     try:
         backend = KubernetesBackend(kube)
         listing = backend.snapshot()
-        service = SchedulingService(core_factory=Scheduler, backend=backend, signing_key=None)
+        service = SchedulingService(core_factory=Scheduler, backend=backend, signing_key=None, verify=verify)
         service.load(listing)
         rows = tuple(_row(v) for v in service.node_views(list(nodes) or None))
+        unverified = None if verify is None else tuple(_unverified_row(u) for u in service.unverified() if not nodes or u.node in nodes)
         found = tuple(kube.list_pod_disruption_budgets().items) if budgets else ()
     finally:
         kube.close()
@@ -114,6 +142,21 @@ def read_api(kubeconfig: str, nodes: Sequence[str], *, budgets: bool = False) ->
         nodes={str(n.name): n for n in listing.nodes},
         pods={str(pod_objects.uid(p)): p for p in listing.pods},
         budgets=found,
+        unverified=unverified,
+    )
+
+
+def _unverified_row(found: Unverified) -> UnverifiedRow:
+    return UnverifiedRow(
+        namespace=found.namespace,
+        name=found.name,
+        uid=found.uid,
+        node=found.node,
+        problem=found.problem,
+        counted_as=found.basis.value,
+        core_percent=sum(s.core_percent for s in found.counted.gpus),
+        memory_bytes=sum(s.memory_bytes for s in found.counted.gpus),
+        message=found.message(),
     )
 
 

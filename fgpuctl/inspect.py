@@ -6,6 +6,12 @@ The same idea as `kubectl inspect gpushare`. Two sources give the same answer:
     fgpuctl inspect --scheduler ADDRESS     # the running scheduler's own view (GetNodeState)
 
 `-o json` prints one JSON document (the shape of `report_json`'s docstring).
+
+With `--verifying-keys`, inspect from the API checks every bound pod's
+allocation signature, counts one that does not verify as the scheduler does
+(its request on the GPUs it names, within what is free; a fresh process knows
+no earlier verified state), marks such pods `unverified` and lists them with
+the reason. Without keys nothing is checked ("unverifiedAllocations": null).
 """
 
 from __future__ import annotations
@@ -14,24 +20,45 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from fgpuctl.cluster_state import NodeRow, from_api, from_scheduler
+from fgpuctl.cluster_state import NodeRow, UnverifiedRow, from_scheduler, read_api
+
+if TYPE_CHECKING:
+    from scheduler_plugin.boundpods import Verifier
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--kubeconfig", metavar="FILE", default="", help="read Devices and pods from this cluster")
     source.add_argument("--scheduler", metavar="ADDRESS", help="ask a running fgpu-scheduler (unix:///path.sock or HOST:PORT)")
+    parser.add_argument(
+        "--verifying-keys",
+        metavar="PATH",
+        default="",
+        help="with the API as source: check allocation signatures with these public keys (a PEM file or a "
+        "directory, as the agents' verifyingKeys) and list the pods whose allocation does not verify",
+    )
+    parser.add_argument(
+        "--legacy-signing-key", metavar="FILE", default="", help="with --verifying-keys: also accept v1 (HMAC) signatures of this key"
+    )
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
     parser.add_argument("nodes", nargs="*", help="only these nodes")
 
 
 def run(args: argparse.Namespace) -> int:
+    unverified: tuple[UnverifiedRow, ...] | None = None
     try:
-        rows = from_scheduler(args.scheduler, args.nodes) if args.scheduler else from_api(args.kubeconfig, args.nodes)
+        if args.scheduler:
+            if args.verifying_keys:
+                print("fgpuctl inspect: --verifying-keys reads pods from the API; drop --scheduler", file=sys.stderr)
+                return 2
+            rows = from_scheduler(args.scheduler, args.nodes)
+        else:
+            state = read_api(args.kubeconfig, args.nodes, verify=_verifier(args.verifying_keys, legacy=args.legacy_signing_key))
+            rows, unverified = list(state.rows), state.unverified
     except grpc.RpcError as exc:
         print(f"fgpuctl inspect: --scheduler={args.scheduler}: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
@@ -39,17 +66,32 @@ def run(args: argparse.Namespace) -> int:
         print(f"fgpuctl inspect: {exc}", file=sys.stderr)
         return 1
     if args.output == "json":
-        print(json.dumps(report_json(rows), indent=2, sort_keys=True))
+        print(json.dumps(report_json(rows, unverified), indent=2, sort_keys=True))
     else:
-        print(table(rows), end="")
+        print(table(rows, unverified), end="")
     return 0
 
 
-def report_json(rows: Sequence[NodeRow]) -> dict[str, Any]:
+def _verifier(path: str, *, legacy: str) -> Verifier | None:
+    """A verifier with the public keys at `path` (and the v1 key at `legacy`); None without a path."""
+    if not path:
+        return None
+    import functools
+
+    from apis.keyfiles import load_verifying_keys
+    from apis.signing import verify_pod_annotations
+
+    return functools.partial(verify_pod_annotations, load_verifying_keys(path, legacy_key=legacy))
+
+
+def report_json(rows: Sequence[NodeRow], unverified: Sequence[UnverifiedRow] | None = None) -> dict[str, Any]:
     """{"nodes": [{"name", "driverVersion", "discoveryError", "gpus": [{"index", "minor", "uuid", "model",
     "healthy", "healthReason", "core": {"allocated", "total"}, "memory": {"allocatedBytes", "totalBytes"},
-    "heldExternally", "pods": [{"namespace", "name", "uid", "corePercent", "memoryBytes", "assumed"}]}]}],
-    "total": {"core": {"allocated", "total"}, "memory": {"allocatedBytes", "totalBytes"}}}"""
+    "heldExternally", "pods": [{"namespace", "name", "uid", "corePercent", "memoryBytes", "assumed",
+    "unverified"}]}]}], "total": {"core": {"allocated", "total"}, "memory": {"allocatedBytes", "totalBytes"}},
+    "unverifiedAllocations": null (not checked) | [{"namespace", "name", "uid", "node", "problem", "countedAs",
+    "counted": {"corePercent", "memoryBytes"}, "message"}]}"""
+    suspect = {u.uid for u in unverified or ()}
     nodes = []
     core_alloc = core_total = mem_alloc = mem_total = 0
     for node in sorted(rows, key=lambda r: r.name):
@@ -79,6 +121,7 @@ def report_json(rows: Sequence[NodeRow]) -> dict[str, Any]:
                             "corePercent": p.core_percent,
                             "memoryBytes": p.memory_bytes,
                             "assumed": p.assumed,
+                            "unverified": p.uid in suspect,
                         }
                         for p in sorted(g.pods, key=lambda p: (p.namespace, p.name))
                     ],
@@ -93,11 +136,26 @@ def report_json(rows: Sequence[NodeRow]) -> dict[str, Any]:
             "core": {"allocated": core_alloc, "total": core_total},
             "memory": {"allocatedBytes": mem_alloc, "totalBytes": mem_total},
         },
+        "unverifiedAllocations": None
+        if unverified is None
+        else [
+            {
+                "namespace": u.namespace,
+                "name": u.name,
+                "uid": u.uid,
+                "node": u.node,
+                "problem": u.problem,
+                "countedAs": u.counted_as,
+                "counted": {"corePercent": u.core_percent, "memoryBytes": u.memory_bytes},
+                "message": u.message,
+            }
+            for u in sorted(unverified, key=lambda u: (u.node, u.namespace, u.name))
+        ],
     }
 
 
-def table(rows: Sequence[NodeRow]) -> str:
-    report = report_json(rows)
+def table(rows: Sequence[NodeRow], unverified: Sequence[UnverifiedRow] | None = None) -> str:
+    report = report_json(rows, unverified)
     header = ("NODE", "GPU", "MODEL", "HEALTH", "CORE(alloc/total)", "MEMORY(alloc/total)", "PODS")
     lines: list[tuple[str, ...]] = [header]
     for node in report["nodes"]:
@@ -108,7 +166,8 @@ def table(rows: Sequence[NodeRow]) -> str:
             if g["heldExternally"]:
                 health += ",external"
             pods = ", ".join(
-                f"{p['namespace']}/{p['name']}({p['corePercent']}%,{_gib(p['memoryBytes'])}{',assumed' if p['assumed'] else ''})"
+                f"{p['namespace']}/{p['name']}({p['corePercent']}%,{_gib(p['memoryBytes'])}"
+                f"{',assumed' if p['assumed'] else ''}{',unverified' if p['unverified'] else ''})"
                 for p in g["pods"]
             )
             lines.append(
@@ -132,6 +191,15 @@ def table(rows: Sequence[NodeRow]) -> str:
         f"{_gib(total['memory']['allocatedBytes'])}/{_gib(total['memory']['totalBytes'])} "
         f"({_percent(total['memory']['allocatedBytes'], total['memory']['totalBytes'])})"
     )
+    if report["unverifiedAllocations"]:
+        out.append("")
+        out.append("Allocations that do not verify (counted conservatively, not as written):")
+        for u in report["unverifiedAllocations"]:
+            counted = u["counted"]
+            out.append(
+                f"  {u['namespace']}/{u['name']} on {u['node']}: counted as {u['countedAs']} "
+                f"({counted['corePercent']}%,{_gib(counted['memoryBytes'])}): {u['problem']}"
+            )
     return "\n".join(out) + "\n"
 
 

@@ -18,6 +18,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "inspect": ("fgpuctl.inspect", "per node and GPU: model, health, allocated/total, pods"),
     "simulate": ("fgpuctl.simulate", "replay a production trace through the scheduler core"),
     "defrag-plan": ("fgpuctl.defrag", "propose pod moves that free whole GPUs for a pending shape"),
+    "keys": ("fgpuctl.keys", "make, inspect and rotate the keys that sign GPU allocations"),
 }
 
 

@@ -11,6 +11,10 @@ table unchanged; `hpack.Decoder` costs about 20 us per block here, this one
 What the proxy itself sends (trailers of calls it refuses) is encoded as
 literals without indexing, which leave the receiver's dynamic table as it
 was: the peer's table stays in step with the encoder it really talks to.
+When the relay has to drop a block that changed the table (a runtime's
+answer to a call the proxy already refused), the receiver's table and the
+sender's part ways for good; from then on `TableEncoder` re-encodes that
+direction's blocks against the table the receiver really has.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ class HeaderDecoder:
         # A gRPC connection repeats a handful of such blocks on every call (a runtime's response
         # headers and trailers, a grpc-core client's requests), so most blocks are one dict lookup.
         self._blocks: dict[bytes, list[Header]] = {}
+        #: bumped by every block that changed the table, so a caller can tell whether one did
+        self.generation = 0
 
     def decode(self, block: bytes | bytearray | memoryview) -> Sequence[Header]:
         """The block's header fields. The result may be shared with later calls: do not modify it."""
@@ -83,6 +89,8 @@ class HeaderDecoder:
                 self._add(header)
                 mutated = True
             elif b & 0x20:  # dynamic table size update
+                if headers:
+                    raise HPACKError("dynamic table size update after a header field")
                 size, pos = _integer(data, pos, 5)
                 self._max_size = size
                 self._evict()
@@ -92,11 +100,16 @@ class HeaderDecoder:
                 headers.append(header)
         if mutated:
             self._blocks.clear()
+            self.generation += 1
         elif end <= _BLOCK_CACHE_MAX_LEN:
             if len(self._blocks) >= _BLOCK_CACHE_MAX:
                 self._blocks.clear()
             self._blocks[data] = headers
         return headers
+
+    def snapshot(self) -> tuple[tuple[Header, ...], int]:
+        """The dynamic table (newest entry first) and its maximum size, as they are now."""
+        return tuple(self._dynamic), self._max_size
 
     def _entry(self, index: int) -> Header:
         if 0 < index <= _STATIC_LEN:
@@ -173,6 +186,17 @@ def _integer(data: bytes, pos: int, prefix: int) -> tuple[int, int]:
             raise HPACKError("header integer too large")
 
 
+def leading_size_updates(block: bytes | bytearray | memoryview) -> list[int]:
+    """The dynamic table size updates a block starts with (they may appear nowhere else)."""
+    data = bytes(block)
+    sizes: list[int] = []
+    pos = 0
+    while pos < len(data) and data[pos] & 0xE0 == 0x20:
+        size, pos = _integer(data, pos, 5)
+        sizes.append(size)
+    return sizes
+
+
 def _encode_integer(value: int, prefix: int, first: int) -> bytes:
     mask = (1 << prefix) - 1
     if value < mask:
@@ -210,3 +234,66 @@ def percent_encode(message: str) -> bytes:
         else:
             out += f"%{b:02X}".encode()
     return bytes(out)
+
+
+_STATIC_PAIRS: dict[Header, int] = {}
+_STATIC_NAMES: dict[bytes, int] = {}
+for _i, (_name, _value) in enumerate(_STATIC, start=1):
+    _STATIC_PAIRS.setdefault((_name, _value), _i)
+    _STATIC_NAMES.setdefault(_name, _i)
+
+
+class TableEncoder:
+    """Encodes blocks for a receiver whose dynamic table the relay has taken over.
+
+    It starts from the table the receiver holds (a decoder's snapshot), refers
+    to what is in it, and never adds to it: literals go out as never-indexed
+    (an intermediary must keep a sender's never-indexed fields so, and this
+    encoder no longer knows which were). Only the size updates the original
+    sender asked for are passed on, before the next block this encoder writes,
+    which is where the receiver expects them.
+    """
+
+    def __init__(self, entries: tuple[Header, ...], max_size: int) -> None:
+        self._entries = list(entries)
+        self._max_size = max_size
+        self._pending: list[int] = []
+        self._pairs: dict[Header, int] = {}
+        self._names: dict[bytes, int] = {}
+        self._index()
+
+    def resize(self, sizes: list[int]) -> None:
+        """Passes on the sender's dynamic table size updates (from a block the receiver will not see)."""
+        for size in sizes:
+            self._pending.append(size)
+            self._max_size = size
+        if sizes:
+            while self._entries and sum(len(n) + len(v) + _ENTRY_OVERHEAD for n, v in self._entries) > self._max_size:
+                self._entries.pop()
+            self._index()
+
+    def encode(self, headers: Sequence[Header]) -> bytes:
+        out = bytearray()
+        for size in self._pending:
+            out += _encode_integer(size, 5, 0x20)
+        self._pending.clear()
+        for name, value in headers:
+            index = self._pairs.get((name, value))
+            if index is not None:
+                out += _encode_integer(index, 7, 0x80)
+                continue
+            name_index = self._names.get(name, 0)
+            out += _encode_integer(name_index, 4, 0x10)
+            if not name_index:
+                out += _encode_integer(len(name), 7, 0)
+                out += name
+            out += _encode_integer(len(value), 7, 0)
+            out += value
+        return bytes(out)
+
+    def _index(self) -> None:
+        self._pairs = dict(_STATIC_PAIRS)
+        self._names = dict(_STATIC_NAMES)
+        for i, (name, value) in enumerate(self._entries, start=_STATIC_LEN + 1):
+            self._pairs.setdefault((name, value), i)
+            self._names.setdefault(name, i)

@@ -3,59 +3,70 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from runtimeproxy import h2frames as h2
 from runtimeproxy.grpc_framing import GRPC_UNAVAILABLE, trailers
-from runtimeproxy.relay_state import ConnectionState
+from runtimeproxy.relay_state import ConnectionState, remember
+
+log = logging.getLogger(__name__)
+
+#: how long kubelet gets to send the calls it already queued, so they get the reason too
+_LINGER_S = 0.2
 
 
-class Refusal(ConnectionState):
-    """What a `Connection` does when the runtime cannot be dialed."""
+def refuse_all(conn: ConnectionState, reason: str) -> None:
+    """Answers kubelet as a tiny HTTP/2 server that fails every call, then closes."""
+    if conn.closing:
+        return
+    conn.refusing = reason
+    conn.server_started = True
+    conn.client.write(h2.settings())
+    refuse_pending(conn)
+    asyncio.get_running_loop().call_later(_LINGER_S, finish, conn)
 
-    def _refuse_all(self, reason: str) -> None:
-        """Answers kubelet as a tiny HTTP/2 server that fails every call, then closes."""
-        if self.closing:
+
+def refuse_pending(conn: ConnectionState) -> None:
+    """Answers what kubelet sent so far: SETTINGS and PING acknowledged, every call failed with the reason."""
+    assert conn.refusing is not None
+    buf = conn.cbuf
+    pos = 0
+    if not conn.preface_seen:
+        if len(buf) < len(h2.PREFACE):
             return
-        self.refusing = reason
-        self.client.write(h2.settings())
-        self._refuse_pending()
-        loop = asyncio.get_running_loop()
-        # give kubelet a moment to send the calls it already queued, so they get the reason
-        loop.call_later(0.2, self._finish_refusing)
+        conn.preface_seen = True
+        pos = len(h2.PREFACE)
+    out = bytearray()
+    while len(buf) - pos >= 9:
+        length = int.from_bytes(buf[pos : pos + 3], "big")
+        end = pos + 9 + length
+        if end > len(buf):
+            break
+        ftype, flags = buf[pos + 3], buf[pos + 4]
+        sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+        violation = h2.check(ftype, flags, sid, buf[pos + 9 : end], from_server=False)
+        if violation is not None and not violation.stream_only:
+            log.warning("HTTP/2 connection error from kubelet: %s (%s)", violation.reason, violation.code_name)
+            conn.client.write(bytes(out) + h2.goaway(conn.last_sid, violation.code, violation.reason.encode()))
+            conn.close()
+            return
+        if ftype == h2.SETTINGS and not flags & h2.ACK:
+            out += h2.settings_ack()
+        elif ftype == h2.PING and not flags & h2.ACK:
+            out += h2.ping(buf[pos + 9 : end], ack=True)
+        elif ftype == h2.HEADERS and sid not in conn.hijacked:
+            remember(conn.hijacked, sid)
+            conn.last_sid = max(conn.last_sid, sid)
+            out += trailers(sid, GRPC_UNAVAILABLE, conn.refusing)
+        elif ftype == h2.DATA and length:
+            out += h2.window_update(0, length)
+        pos = end
+    conn.cbuf = buf[pos:]
+    if out:
+        conn.client.write(bytes(out))
 
-    def _refuse_pending(self) -> None:
-        assert self.refusing is not None
-        buf = self.cbuf
-        pos = 0
-        if not self.preface_seen:
-            if len(buf) < len(h2.PREFACE):
-                return
-            self.preface_seen = True
-            pos = len(h2.PREFACE)
-        out = bytearray()
-        while len(buf) - pos >= 9:
-            length = int.from_bytes(buf[pos : pos + 3], "big")
-            end = pos + 9 + length
-            if end > len(buf):
-                break
-            ftype, flags = buf[pos + 3], buf[pos + 4]
-            sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
-            if ftype == h2.SETTINGS and not flags & h2.ACK:
-                out += h2.settings_ack()
-            elif ftype == h2.PING and not flags & h2.ACK:
-                out += h2.frame(h2.PING, h2.ACK, 0, buf[pos + 9 : end])
-            elif ftype == h2.HEADERS and sid not in self.hijacked:
-                self.hijacked[sid] = None
-                self.last_sid = max(self.last_sid, sid)
-                out += trailers(sid, GRPC_UNAVAILABLE, self.refusing)
-            elif ftype == h2.DATA and length:
-                out += h2.window_update(0, length)
-            pos = end
-        self.cbuf = buf[pos:]
-        if out:
-            self.client.write(bytes(out))
 
-    def _finish_refusing(self) -> None:
-        if not self.closing:
-            self.client.write(h2.goaway(self.last_sid, h2.NO_ERROR, b"container runtime unreachable"))
-            self.close()
+def finish(conn: ConnectionState) -> None:
+    if not conn.closing:
+        conn.client.write(h2.goaway(conn.goaway_last_sid(), h2.NO_ERROR, b"container runtime unreachable"))
+        conn.close()

@@ -11,37 +11,39 @@ The relay still reads every header block, in both directions, because HPACK's
 dynamic table is shared state and the relay needs `:path` (to pick the calls
 it intercepts) and `grpc-status` (metrics, post-call hooks). For an
 intercepted call it holds the request's DATA frames back, lets the handler
-rewrite the message, and sends the new message in their place. Three things
-keep the two connections consistent when it does:
+rewrite the message, and sends the new message in their place. What keeps the
+two connections consistent when it does:
 
-- flow control: the relay itself grants kubelet credit for the DATA it holds
-  back (stream and connection level, or kubelet would stall on a message
-  larger than the window), then withholds from kubelet the connection credit
-  the runtime returns for what the relay sent in its place, and queues DATA
-  while the runtime's window is short;
-- a call the proxy refuses gets its trailers from the proxy (literal header
-  fields without indexing, which leave kubelet's HPACK table untouched) and
-  the runtime's half of the stream is reset;
+- flow control (`flow_control`): the relay itself grants kubelet credit for
+  the DATA it holds back, withholds from kubelet the connection credit the
+  runtime returns for what the relay sent in its place, queues DATA while the
+  runtime's window is short, and sends under new runtime SETTINGS only after
+  kubelet's ACK of them went to the runtime;
+- header tables (`header_sync`): a call the proxy refuses gets its trailers
+  from the proxy (literal fields that change no table); a runtime block the
+  relay then drops is still decoded, and if it changed the runtime's table,
+  that direction is re-encoded from then on;
 - header blocks are forwarded whole, so nothing the proxy injects can land
   between a HEADERS frame and its CONTINUATIONs.
 
-Modules: `relay` (listener), `connection` (the pump, both directions),
-`relay_state` (per-connection and per-stream state), `flow_control`,
-`held_calls` (intercepted calls), `refusal` (no runtime), `grpc_framing`.
+This module is the listener: it accepts kubelet connections and, on
+shutdown, drains them (`draining`) before it closes them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import cast
 
+from runtimeproxy import draining, peer_errors, request_pump
 from runtimeproxy.calls import CallHandler
 from runtimeproxy.connection import Connection
-from runtimeproxy.relay_state import ConnectionState
+from runtimeproxy.relay_state import ConnectionState, Dialer
 
-#: Opens a connection to the runtime; raises OSError when it cannot.
-Dialer = Callable[[Callable[[], asyncio.Protocol]], Awaitable[asyncio.Transport]]
+__all__ = ["Dialer", "Relay"]
+
+_STEP_S = 0.01
 
 
 class Relay:
@@ -53,19 +55,33 @@ class Relay:
         self.dial = dial
         self.handler = handler
         self.backend_name = backend_name
-        self.on_backend_connect = on_backend_connect
+        self._on_backend_connect = on_backend_connect
         self.connections: set[ConnectionState] = set()
+
+    def on_backend_connect(self, ok: bool) -> None:
+        self._on_backend_connect(ok)
 
     def protocol(self) -> asyncio.Protocol:
         return _ClientSide(self)
 
-    def close_all(self) -> None:
-        for conn in list(self.connections):
-            conn.close()
+    async def shutdown(self, grace: float) -> None:
+        """GOAWAY to every kubelet connection, their open calls finished (for up to `grace` s), then closed.
 
-    @property
-    def open_calls(self) -> int:
-        return sum(len(c.streams) for c in self.connections)
+        Call it once the listener stopped accepting. Calls still open at the end get UNAVAILABLE.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        for conn in list(self.connections):
+            draining.begin(conn, loop.time())
+        while self.connections and loop.time() < deadline:
+            await asyncio.sleep(_STEP_S)
+            now = loop.time()
+            for conn in list(self.connections):
+                draining.step(conn, now)
+        for conn in list(self.connections):
+            if conn.backend is not None:
+                peer_errors.fail_open_calls(conn, "fgpu-runtime-proxy: shutting down before the runtime answered")
+            conn.close()
 
 
 class _ClientSide(asyncio.Protocol):
@@ -79,7 +95,7 @@ class _ClientSide(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         assert self.conn is not None
-        self.conn.client_data(data)
+        request_pump.pump(self.conn, data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.conn is not None:
@@ -92,4 +108,3 @@ class _ClientSide(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.conn is not None and self.conn.backend is not None:
             self.conn.backend.resume_reading()
-

@@ -1,21 +1,76 @@
-"""What the relay keeps per connection and per stream, and the teardown that drops it."""
+"""The relay's state core: what it keeps per connection and per stream, and the teardown that drops it.
+
+Everything above it in the relay (flow control, header sync, held calls,
+refusal, draining, peer errors, the pump) reads and changes this state; this
+module imports none of them, only the leaf codecs (`calls`, `h2frames`,
+`hpack_codec`), and does no I/O but write and close on the transports it is
+given. The records are mutable on purpose: they change with every frame.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from runtimeproxy import h2frames as h2
-from runtimeproxy.calls import StreamKind
-from runtimeproxy.hpack_codec import HeaderDecoder
-
-if TYPE_CHECKING:
-    from runtimeproxy.relay import Relay
+from runtimeproxy.calls import CallHandler, StreamKind
+from runtimeproxy.hpack_codec import HeaderDecoder, TableEncoder
 
 #: The most the relay holds of one intercepted request: kubelet's message limit and the gRPC prefix.
 MAX_HELD_BYTES = 16 * 1024 * 1024 + 5
+#: How many refused or reset streams a connection remembers, to drop the frames still in flight on them.
+DROPPED_MEMORY = 1024
+
+#: Opens a connection to the runtime; raises OSError when it cannot.
+Dialer = Callable[[Callable[[], asyncio.Protocol]], Awaitable[asyncio.Transport]]
+
+
+class Transport(Protocol):
+    """What the relay uses of an asyncio transport."""
+
+    def write(self, data: bytes | bytearray | memoryview) -> None: ...
+
+    def close(self) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
+
+
+class RelayContext(Protocol):
+    """What a connection needs of the relay that accepted it."""
+
+    handler: CallHandler
+    backend_name: str
+    dial: Dialer
+    connections: set[ConnectionState]
+
+    def on_backend_connect(self, ok: bool) -> None: ...
+
+
+class Side(enum.Enum):
+    """Which peer a frame came from."""
+
+    CLIENT = "kubelet"
+    BACKEND = "runtime"
+
+
+class Drain(enum.Enum):
+    """How far a connection is in a graceful shutdown (RFC 9113 §6.8: GOAWAY, PING, GOAWAY)."""
+
+    NONE = enum.auto()
+    #: asked to drain before the runtime's SETTINGS reached kubelet: nothing may precede them
+    REQUESTED = enum.auto()
+    #: GOAWAY(2^31-1) and a PING sent; the final GOAWAY waits for the PING's ACK
+    PINGED = enum.auto()
+    #: final GOAWAY sent; the connection closes once its open calls are done
+    FINAL = enum.auto()
 
 
 @dataclass
@@ -25,6 +80,8 @@ class Stream:
     kind: StreamKind
     t0: float
     body: bytearray = field(default_factory=bytearray)
+    #: grpc-encoding of the request (OBSERVE, EDIT), to read a compressed message
+    encoding: bytes = b""
     # bytes of flow-controlled DATA kubelet sent on this stream (held back for EDIT)
     received: int = 0
     # EDIT: bytes over the cap, when kubelet sent more than any message may be
@@ -35,24 +92,40 @@ class Stream:
     task: asyncio.Task[None] | None = None
     # EDIT: the edited message was handed to the send path (its credit is withheld from kubelet)
     settled: bool = False
+    #: the runtime's response headers went to kubelet: trailers the proxy writes must not repeat them
+    responded: bool = False
     closed: bool = False
 
 
-class ConnectionState:
-    """The state of one kubelet connection and its runtime connection; `Connection` adds the behaviour."""
+@dataclass
+class HeaderPath:
+    """One direction's header blocks: the sender's table as decoded, and the receiver's if they parted ways."""
 
-    def __init__(self, relay: Relay, client: asyncio.Transport) -> None:
+    decoder: HeaderDecoder = field(default_factory=HeaderDecoder)
+    #: set once a dropped block changed the sender's table: later blocks are re-encoded for the receiver
+    reencoder: TableEncoder | None = None
+
+
+class ConnectionState:
+    """The state of one kubelet connection and its runtime connection."""
+
+    def __init__(self, relay: RelayContext, client: Transport) -> None:
         self.relay = relay
         self.handler = relay.handler
         self.client = client
-        self.backend: asyncio.Transport | None = None
+        self.backend: Transport | None = None
         self.streams: dict[int, Stream] = {}
+        #: streams whose runtime frames the relay drops: it answered kubelet itself, or reset the stream
         self.hijacked: dict[int, None] = {}
-        self.req_headers = HeaderDecoder()
-        self.resp_headers = HeaderDecoder()
+        #: streams whose kubelet frames the relay drops: refused while draining, never sent to the runtime
+        self.refused: dict[int, None] = {}
+        self.req = HeaderPath()
+        self.resp = HeaderPath()
         self.cbuf = b""
         self.bbuf = b""
         self.preface_seen = False
+        #: something from the runtime (its SETTINGS first) reached kubelet
+        self.server_started = False
         # a header block being collected (raw frames, fragments, stream, flags), per direction
         self.c_block: tuple[bytearray, bytearray, int, int] | None = None
         self.b_block: tuple[bytearray, bytearray, int, int] | None = None
@@ -65,13 +138,33 @@ class ConnectionState:
         self.b_settings: deque[dict[int, int]] = deque()
         self.withhold = 0
         self.blocked: list[Stream] = []
+        # the largest frame each side may send: the other's SETTINGS_MAX_FRAME_SIZE, the highest
+        # announced (a peer may use a new value before its ACK is back)
+        self.client_frame_limit = h2.DEFAULT_MAX_FRAME
+        self.backend_frame_limit = h2.DEFAULT_MAX_FRAME
         # calls the runtime finished in the buffer being relayed, reported once it was written on
         self.done: list[tuple[bytes, StreamKind, bytes | None, int, float]] = []
+        #: the highest stream kubelet opened
         self.last_sid = 0
+        self.drain = Drain.NONE
+        self.drain_started = 0.0
+        #: the last stream id of the relay's final GOAWAY: newer streams are refused
+        self.goaway_sid: int | None = None
+        #: the last stream id of the runtime's GOAWAY (passed on to kubelet): streams above it were never run
+        self.runtime_goaway_sid: int | None = None
         self.closing = False
         self.refusing: str | None = None
         relay.connections.add(self)
         self.dial_task: asyncio.Task[None] | None = None
+
+    def goaway_last_sid(self) -> int:
+        """The last stream id for a GOAWAY to kubelet: never more than one it got before (RFC 9113 §6.8)."""
+        last = self.last_sid
+        if self.goaway_sid is not None:
+            last = min(last, self.goaway_sid)
+        if self.runtime_goaway_sid is not None:
+            last = min(last, self.runtime_goaway_sid)
+        return last
 
     def close(self) -> None:
         if self.closing:
@@ -88,3 +181,10 @@ class ConnectionState:
         self.client.close()
         if self.backend is not None:
             self.backend.close()
+
+
+def remember(dropped: dict[int, None], sid: int) -> None:
+    """Adds a stream to a bounded set of streams whose late frames are dropped."""
+    dropped[sid] = None
+    if len(dropped) > DROPPED_MEMORY:
+        del dropped[next(iter(dropped))]

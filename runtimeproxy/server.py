@@ -73,6 +73,8 @@ class RuntimeProxy:
         self._health: Any = None
         self._http: Any = None
         self._refresher: asyncio.Task[None] | None = None
+        self._socket_id: tuple[int, int] | None = None
+        self._stopping = False
         self.metrics_port: int | None = None
 
     async def start(self) -> None:
@@ -93,6 +95,8 @@ class RuntimeProxy:
             grpc_server.prepare_unix_socket(addr.unix_path)
             self._server = await loop.create_unix_server(self.relay.protocol, addr.unix_path)
             grpc_server.finish_unix_socket(addr.unix_path, mode=cfg.socket_mode, group=cfg.socket_gid())
+            st = os.stat(addr.unix_path)
+            self._socket_id = (st.st_dev, st.st_ino)
         else:
             assert addr.hostport is not None
             host, _, port = addr.hostport.rpartition(":")
@@ -135,16 +139,21 @@ class RuntimeProxy:
                 log.exception("reading the hook config directory failed")
 
     async def stop(self, grace: float = 5.0) -> None:
-        """Stops accepting, lets open calls finish for up to `grace` seconds, then closes everything."""
+        """Stops accepting, drains every connection (GOAWAY, open calls finish for up to `grace` s), closes all.
+
+        The listening socket goes first, so that a successor (systemd's restart) can bind the
+        path while this one still finishes its calls, and kubelet reconnects to it.
+        """
+        if self._stopping:
+            return
+        self._stopping = True
         if self._server is not None:
             self._server.close()
+        self._release_socket()
         if self._refresher is not None:
             self._refresher.cancel()
         if self.relay is not None:
-            deadline = asyncio.get_running_loop().time() + grace
-            while self.relay.open_calls and asyncio.get_running_loop().time() < deadline:
-                await asyncio.sleep(0.05)
-            self.relay.close_all()
+            await self.relay.shutdown(grace)
         if self.handler is not None:
             for task in list(self.handler.background):
                 task.cancel()
@@ -157,11 +166,18 @@ class RuntimeProxy:
             await self.hooks.close()
         if self.runtime is not None:
             await self.runtime.close()
-        addr = grpc_server.parse_address(self.config.listen, field="listen")
-        if addr.unix_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(addr.unix_path)
         event(log, logging.INFO, "runtime proxy stopped")
+
+    def _release_socket(self) -> None:
+        """Removes the listen socket, unless it is no longer ours (a successor already bound the path)."""
+        addr = grpc_server.parse_address(self.config.listen, field="listen")
+        if addr.unix_path is None or self._socket_id is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            st = os.lstat(addr.unix_path)
+            if (st.st_dev, st.st_ino) == self._socket_id:
+                os.unlink(addr.unix_path)
+        self._socket_id = None
 
     def refresh_hooks_now(self) -> None:
         self.hook_registry.refresh()
@@ -188,10 +204,14 @@ class ProxyThread:
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=30)
 
+    def stopping(self, grace: float = 1.0) -> concurrent.futures.Future[None]:
+        """Starts `stop(grace)` on the proxy's loop and returns at once (tests drive peers meanwhile)."""
+        return asyncio.run_coroutine_threadsafe(self.proxy.stop(grace), self._loop)
+
     def stop(self, grace: float = 1.0) -> None:
         if not self._thread.is_alive():
             return
-        asyncio.run_coroutine_threadsafe(self.proxy.stop(grace), self._loop).result(timeout=grace + 30)
+        self.stopping(grace).result(timeout=grace + 30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._loop.close()

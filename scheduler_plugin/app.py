@@ -18,9 +18,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prometheus_client import start_http_server
-
-from apis.signing import load_key
+from apis import tls
+from apis.keyfiles import SchedulerKeyFiles
 from apis.translation import RulesWatcher, TranslationRules
 from scheduler_plugin.backend import Backend
 from scheduler_plugin.backend_embedded import EmbeddedBackend
@@ -33,6 +32,7 @@ from scheduler_plugin.grpc_service import GrpcServer
 from scheduler_plugin.kube import Kube
 from scheduler_plugin.leader import LeaderElector
 from scheduler_plugin.metrics import Metrics
+from scheduler_plugin.probes import ProbeServer
 from scheduler_plugin.scheduling import SchedulingService
 from scheduler_plugin.standalone import PendingQueue, StandaloneLoop
 
@@ -90,6 +90,7 @@ class SchedulerApp:
         self.service: SchedulingService | None = None
         self.grpc: GrpcServer | None = None
         self.extender: ExtenderServer | None = None
+        self.probes: ProbeServer | None = None
         self.elector: LeaderElector | None = None
         self.loop: StandaloneLoop | None = None
         self.queue: PendingQueue | None = None
@@ -104,7 +105,10 @@ class SchedulerApp:
 
     def start(self) -> None:
         config = self.config
-        key = load_key(config.signing_key)
+        # Read now (a bad key stops the start), then again on change: a key rotation restarts nothing.
+        keys = SchedulerKeyFiles(
+            config.signing_key, verifying_path=config.verifying_keys, legacy_path=config.legacy_signing_key
+        )
         rules = self._rules_source()
         if config.state is StateBackend.EMBEDDED:
             backend: Backend = EmbeddedBackend(path=config.db)
@@ -120,7 +124,7 @@ class SchedulerApp:
         service = SchedulingService(
             core_factory=self._core_factory,
             backend=backend,
-            signing_key=key,
+            signing_key=keys,
             rules=rules,
             metrics=metrics,
             recorder=recorder,
@@ -132,15 +136,27 @@ class SchedulerApp:
             service.pending = self.queue
         backend.start(service)  # blocks until the state is loaded
 
+        # With the API as the record, callers name pods and the API describes them, and a node's
+        # GPUs come only from its Device object; without it (embedded), callers are the record.
+        from_api = config.state is StateBackend.KUBERNETES
         if config.grpc_listen:
-            self.grpc = GrpcServer(service, address=config.grpc_listen)
+            self.grpc = GrpcServer(
+                service,
+                address=config.grpc_listen,
+                pods_from_api=from_api,
+                accept_reports=not from_api,
+                tls_files=config.grpc_tls,
+            )
             self.grpc.start()
         if config.extender_listen:
-            self.extender = ExtenderServer(service, address=config.extender_listen)
+            self.extender = ExtenderServer(
+                service, address=config.extender_listen, pods_from_api=from_api, tls_files=config.extender_tls
+            )
             self.extender.start()
         if config.metrics_listen:
-            host, _, port = config.metrics_listen.rpartition(":")
-            start_http_server(int(port), addr=host or "0.0.0.0", registry=metrics.registry)
+            host, port = tls.split_hostport(config.metrics_listen, field="--metrics-listen", example="0.0.0.0:9445")
+            self.probes = ProbeServer(service, host=host, port=port)
+            self.probes.start()
         if elect and self.kube is not None:
             le = config.leader_election
             self.elector = LeaderElector(
@@ -160,7 +176,8 @@ class SchedulerApp:
             metrics.leader.set(1)
         if config.standalone and self.queue is not None:
             self.loop = StandaloneLoop(
-                service=service, queue=self.queue, is_leader=self.is_leader, idle_wait_s=self._timing.standalone_idle_s
+                service=service, queue=self.queue, is_leader=self.is_leader, idle_wait_s=self._timing.standalone_idle_s,
+                recorder=recorder,
             )
             self.loop.start()
         self._ticker = threading.Thread(target=self._tick_loop, name="fgpu-scheduler-tick", daemon=True)
@@ -183,6 +200,8 @@ class SchedulerApp:
             self.elector.stop(release=release_lease)
         if self.extender is not None:
             self.extender.stop(grace)
+        if self.probes is not None:
+            self.probes.stop(grace)
         if self.grpc is not None:
             self.grpc.stop(grace)
         if self.backend is not None:

@@ -20,6 +20,7 @@ from apis.devices import DeviceError, NodeDevices, from_device_object
 from apis.quantity import QuantityError, parse_quantity
 from scheduler_plugin import binder, pods
 from scheduler_plugin.backend import JSON, Snapshot, StateSink
+from scheduler_plugin.core import noderules
 from scheduler_plugin.core.api import NodeInfo, NodeName
 from scheduler_plugin.errors import KubeAPIError, WatchExpired
 from scheduler_plugin.kube import Kube, Listing, WatchStream
@@ -35,6 +36,7 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
         labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
         cpu_milli=_amount(allocatable.get("cpu"), scale=1000, field="allocatable.cpu"),
         memory_bytes=_amount(allocatable.get("memory"), scale=1, field="allocatable.memory"),
+        rules=noderules.node_rules(node),
     )
 
 

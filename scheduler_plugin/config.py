@@ -5,11 +5,15 @@ The file uses camelCase keys, like the Kubernetes objects it sits beside:
     state: kubernetes            # or "embedded" (agent reports + SQLite, no cluster)
     db: /var/lib/fgpu/scheduler.db
     kubeconfig: ""               # empty: in-cluster config, then ~/.kube/config
-    grpcListen: unix:///run/fgpu/scheduler.sock
-    extenderListen: 0.0.0.0:9444 # kube-scheduler HTTP extender (and /metrics, /healthz)
-    metricsListen: ""            # a separate HOST:PORT for /metrics; empty: only on the extender port
+    grpcListen: unix:///run/fgpu/scheduler.sock   # or HOST:PORT: beyond loopback only with grpcTLS
+    grpcTLS: {certFile: "", keyFile: "", clientCAFile: ""}      # mutual TLS for a TCP grpcListen
+    extenderListen: ""           # kube-scheduler HTTP extender, e.g. 127.0.0.1:9444 (no host: loopback)
+    extenderTLS: {certFile: "", keyFile: "", clientCAFile: ""}  # HTTPS + client certs beyond loopback
+    metricsListen: ""            # /metrics, /healthz, /readyz alone, e.g. 0.0.0.0:9445 (no secrets there)
     standalone: false            # bind pods with schedulerName fgpu-scheduler ourselves
-    signingKey: /etc/fgpu/signing-key
+    signingKey: /etc/fgpu/signing-key   # Ed25519 private key (PEM), re-read on change: rotation restarts nothing
+    verifyingKeys: ""            # public keys of earlier signing keys (the agents' set), for pods signed before a rotation
+    legacySigningKey: ""         # the v1 HMAC key, only during the upgrade window
     policy: fgpu                 # node-level policy (binpack, spread, fgd, bestfit, ...)
     gpuPolicy: ""                # GPU-level policy; empty: the same as policy
     policyParams: {}             # weights of the node-level policy, e.g. {weight_cpu: 0}
@@ -26,6 +30,12 @@ The file uses camelCase keys, like the Kubernetes objects it sits beside:
 
 Command-line flags override the file. Every mistake is reported with the key,
 the value and what to write instead.
+
+Listeners: whoever reaches gRPC or the extender can reserve and bind, so
+each is a unix socket or loopback unless its TLS settings are given, and then
+clients must present a certificate the given CA signed. A TCP listener beyond
+loopback without them is refused here, before anything starts. The metrics
+listener only reads (health, counts) and may face the network as it is.
 
 `policyParams` and `gpuPolicyParams` are numeric knobs handed to the policy
 (`PolicyContext.params`); `policy_params()` lists what each built-in policy
@@ -47,7 +57,8 @@ from typing import Any
 
 import yaml
 
-from apis import names
+from apis import names, tls
+from apis.tls import TLSFiles
 
 
 class ConfigError(ValueError):
@@ -75,10 +86,17 @@ class SchedulerConfig:
     db: str = "/var/lib/fgpu/scheduler.db"
     kubeconfig: str = ""
     grpc_listen: str = "unix:///run/fgpu/scheduler.sock"
+    grpc_tls: TLSFiles = field(default_factory=TLSFiles)
+    #: off unless given: an unused port is only attack surface (and e2e runs several schedulers at once)
     extender_listen: str = ""
+    extender_tls: TLSFiles = field(default_factory=TLSFiles)
     metrics_listen: str = ""
     standalone: bool = False
     signing_key: str = "/etc/fgpu/signing-key"
+    #: Public keys (PEM file or directory) bound pods' signatures are also checked with; empty: only our own.
+    verifying_keys: str = ""
+    #: The v1 HMAC key of fgpu before v2 signatures, to check bound pods' v1 ones; empty: v1 refused.
+    legacy_signing_key: str = ""
     policy: str = "fgpu"
     gpu_policy: str = ""
     policy_params: Mapping[str, float] = field(default_factory=dict)
@@ -94,10 +112,14 @@ _KEYS: dict[str, str] = {
     "db": "db",
     "kubeconfig": "kubeconfig",
     "grpcListen": "grpc_listen",
+    "grpcTLS": "grpc_tls",
     "extenderListen": "extender_listen",
+    "extenderTLS": "extender_tls",
     "metricsListen": "metrics_listen",
     "standalone": "standalone",
     "signingKey": "signing_key",
+    "verifyingKeys": "verifying_keys",
+    "legacySigningKey": "legacy_signing_key",
     "policy": "policy",
     "gpuPolicy": "gpu_policy",
     "policyParams": "policy_params",
@@ -106,6 +128,9 @@ _KEYS: dict[str, str] = {
     "translationRules": "translation_rules",
     "leaderElection": "leader_election",
 }
+
+#: keys of grpcTLS / extenderTLS -> TLSFiles field (a server's CA is the one its clients' certificates chain to)
+_TLS_KEYS: dict[str, str] = {"certFile": "cert_file", "keyFile": "key_file", "clientCAFile": "ca_file"}
 
 _LEADER_KEYS: dict[str, str] = {
     "enabled": "enabled",
@@ -141,6 +166,8 @@ def from_mapping(data: Mapping[str, Any], *, where: str = "config") -> Scheduler
             raise ConfigError(f"{where}: unknown key {key!r}; valid keys are {', '.join(sorted(_KEYS))}")
         if attr == "leader_election":
             values[attr] = _leader(raw, where=f"{where}: leaderElection")
+        elif attr in ("grpc_tls", "extender_tls"):
+            values[attr] = _tls(raw, where=f"{where}: {key}")
         elif attr in ("policy_params", "gpu_policy_params"):
             values[attr] = _params(raw, where=f"{where}: {key}")
         else:
@@ -170,6 +197,7 @@ def validate(config: SchedulerConfig) -> None:
             "standalone=true with state=embedded: standalone mode watches pods in a cluster; "
             "use --state kubernetes, or drop --standalone"
         )
+    _check_listeners(config)
     le = config.leader_election
     if not 0 < le.retry_period_s < le.renew_deadline_s < le.lease_duration_s:
         raise ConfigError(
@@ -248,6 +276,42 @@ def _params(raw: Any, *, where: str) -> dict[str, float]:
             raise ConfigError(f"{where}.{name}={value!r}: expected a finite number, e.g. {name}: 1")
         values[name] = float(value)
     return values
+
+
+def _check_listeners(config: SchedulerConfig) -> None:
+    tls_keys = ("certFile", "keyFile", "clientCAFile")
+    try:
+        tls.check_complete(config.grpc_tls, field="grpcTLS", keys=tls_keys)
+        tls.check_complete(config.extender_tls, field="extenderTLS", keys=tls_keys)
+        tls.check_listener(config.grpc_listen, config.grpc_tls, field="grpcListen (--grpc-listen)", tls_key="grpcTLS")
+        if config.extender_listen:
+            field_ = "extenderListen (--extender-listen)"
+            host, port = tls.split_hostport(config.extender_listen, field=field_, example="127.0.0.1:9444")
+            # No host means loopback for the HTTP listeners (gRPC's own parser reads it as every interface).
+            tls.check_listener(f"{host or '127.0.0.1'}:{port}", config.extender_tls, field=field_, tls_key="extenderTLS")
+        if config.metrics_listen:
+            tls.split_hostport(config.metrics_listen, field="metricsListen (--metrics-listen)", example="0.0.0.0:9445")
+    except tls.TLSError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _tls(raw: Any, *, where: str) -> TLSFiles:
+    if raw is None:
+        return TLSFiles()
+    if not isinstance(raw, Mapping):
+        raise ConfigError(
+            f"{where}={raw!r}: expected a mapping, e.g. {{certFile: /etc/fgpu/tls/tls.crt, "
+            "keyFile: /etc/fgpu/tls/tls.key, clientCAFile: /etc/fgpu/tls/ca.crt}"
+        )
+    values: dict[str, str] = {}
+    for key, value in raw.items():
+        attr = _TLS_KEYS.get(str(key))
+        if attr is None:
+            raise ConfigError(f"{where}: unknown key {key!r}; valid keys are {', '.join(_TLS_KEYS)}")
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}.{key}={value!r}: expected a file path")
+        values[attr] = value
+    return TLSFiles(**values)
 
 
 def _leader(raw: Any, *, where: str) -> LeaderElectionConfig:

@@ -38,6 +38,11 @@ class BindFailed(ServiceError):
     """The bind did not happen (and what it wrote was undone); retrying may succeed."""
 
 
+class Refused(ServiceError):
+    """This scheduler does not take the call in its configuration, whoever asks (e.g. ReportDevices
+    with the kubernetes backend, where only Device objects describe a node)."""
+
+
 class NotLeader(ServiceError):
     """This instance is a standby; only the leader binds pods."""
 
@@ -66,6 +71,7 @@ _GRPC: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (SignatureError, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (Unschedulable, grpc.StatusCode.FAILED_PRECONDITION),
+    (Refused, grpc.StatusCode.PERMISSION_DENIED),
     (Conflict, grpc.StatusCode.ABORTED),
     (NotLeader, grpc.StatusCode.UNAVAILABLE),
     (BindFailed, grpc.StatusCode.UNAVAILABLE),
@@ -79,6 +85,7 @@ _HTTP: tuple[tuple[type[BaseException], int], ...] = (
     (SignatureError, 400),
     (NotFound, 404),
     (Unschedulable, 409),
+    (Refused, 403),
     (Conflict, 409),
     (NotLeader, 503),
     (BindFailed, 503),

@@ -21,6 +21,8 @@ from scheduler_plugin.core.api import Clock, NodeVerdict
 
 FAILED_SCHEDULING = "FailedScheduling"
 SCHEDULED = "Scheduled"
+#: A bound pod's allocation annotation does not verify (boundpods.py says what is counted instead).
+ALLOCATION_NOT_VERIFIED = "AllocationNotVerified"
 
 #: Post an Event body into a namespace (kube.Kube.create_event, or a list in tests).
 EventSink = Callable[[str, dict[str, Any]], None]
@@ -116,6 +118,9 @@ class EventRecorder:
 
     def scheduled(self, pod: Mapping[str, Any], message: str) -> bool:
         return self._record(pod, SCHEDULED, message, warning=False)
+
+    def unverified_allocation(self, pod: Mapping[str, Any], message: str) -> bool:
+        return self._record(pod, ALLOCATION_NOT_VERIFIED, message, warning=True)
 
     def forget(self, uid: str) -> None:
         with self._lock:

@@ -17,6 +17,13 @@ With `nodeCacheCapable: true` kube-scheduler sends `NodeNames` and expects
 passing Node objects back. Errors of the scheduling kind travel in the
 protocol's own `Error` field; only a request that is not the protocol at all
 gets an HTTP error status.
+
+Who may call: the listener is loopback by default (kube-scheduler runs beside
+us in the same pod); beyond loopback it requires mutual TLS, kube-scheduler
+presenting the client certificate of its extender `tlsConfig`. And bind
+trusts no pod the caller sent: with the kubernetes backend the pod is read
+from the API by name and must have the UID kube-scheduler names, so the GPUs
+are chosen and signed for the pod as it really is.
 """
 
 from __future__ import annotations
@@ -26,13 +33,13 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from apis import names
+from apis import names, tls
 from apis.request import RequestError
-from scheduler_plugin import errors, pods
-from scheduler_plugin.errors import InvalidRequest, NotFound
+from scheduler_plugin import errors, pods, probes, trusted_pod
+from scheduler_plugin.errors import InvalidRequest
+from scheduler_plugin.httpserver import BoundedHTTPServer, Limits
 from scheduler_plugin.scheduling import SchedulingService
 
 log = logging.getLogger(__name__)
@@ -47,9 +54,26 @@ MAX_EXTENDER_PRIORITY = 10
 #: the deployment manifest, not here.
 MANAGED_RESOURCES = (*names.KOORDINATOR_RESOURCES, names.NVIDIA_GPU)
 
-#: Pods remembered from filter for the bind that follows (bind args carry only names).
+#: Pods remembered from filter for the bind that follows (bind args carry only names);
+#: only without the API (embedded state), where the caller's pod is all there is.
 _POD_CACHE_SIZE = 10_000
-_MAX_BODY = 64 * 1024 * 1024
+
+#: The largest request body accepted. With `nodeCacheCapable: true` (as hack/deploy configures
+#: it) ExtenderArgs is the Pod plus the candidates' names: at Kubernetes' 5,000-node limit and
+#: names of at most 253 characters that is at most 5,000 x 256 B = 1.3 MB of names, and the API
+#: server keeps no object over 1.5 MiB (etcd's default request limit), so 4 MiB holds the largest
+#: real request with room to spare while a client cannot make us buffer 64 MiB. Without
+#: nodeCacheCapable the NodeList of whole Node objects (10-20 kB each) fits a few hundred nodes.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+#: Bounds of the extender's HTTP server (scheduler_plugin/httpserver.py). kube-scheduler keeps a
+#: few connections and binds in parallel goroutines, so 8 workers seldom queue; its extender
+#: httpTimeout is 5 s in hack/deploy, well inside the 10 s a request may take to arrive. Idle
+#: connections hold no thread, so they may idle 120 s: longer than Go's 90 s IdleConnTimeout, so
+#: kube-scheduler closes an idle connection before we do and never sends a POST into our close.
+LIMITS = Limits(
+    workers=8, queue_size=64, max_connections=256, request_timeout_s=10.0, idle_timeout_s=120.0, max_body_bytes=MAX_BODY_BYTES
+)
 
 
 def field(obj: Mapping[str, Any], name: str) -> Any:
@@ -66,15 +90,18 @@ def field(obj: Mapping[str, Any], name: str) -> Any:
 class Extender:
     """The three verbs as functions from decoded JSON to JSON (no HTTP)."""
 
-    def __init__(self, service: SchedulingService) -> None:
+    def __init__(self, service: SchedulingService, *, pods_from_api: bool) -> None:
+        """`pods_from_api`: bind reads the pod from the API (kubernetes backend), never from a caller."""
         self._service = service
+        self._pods_from_api = pods_from_api
         self._pods: OrderedDict[str, JSON] = OrderedDict()
         self._lock = threading.Lock()
 
     def filter(self, args: Mapping[str, Any]) -> JSON:
         pod = _pod_arg(args)
         node_objects, node_names = _candidates(args)
-        self._remember(pod)
+        if not self._pods_from_api:
+            self._remember(pod)
         result: JSON = {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
         try:
             request = self._service.request(pod)
@@ -151,16 +178,14 @@ class Extender:
                 self._pods.popitem(last=False)
 
     def _pod_for_bind(self, *, namespace: str, name: str, uid: str) -> JSON:
-        with self._lock:
-            cached = self._pods.get(uid)
-        if cached is not None:
-            return cached
-        pod = self._service.get_pod(namespace=namespace, name=name)
-        if pod is None:
-            raise NotFound(f"pod {namespace}/{name} not found; it may have been deleted")
-        if uid and pods.uid(pod) != uid:
-            raise NotFound(f"pod {namespace}/{name} has uid {pods.uid(pod)}, not {uid}: it was recreated")
-        return pod
+        if not self._pods_from_api:
+            with self._lock:
+                cached = self._pods.get(uid)
+            if cached is not None:
+                return cached
+        # With the API, the pod a filter call carried is the caller's word, not the pod: whoever
+        # could call filter could otherwise have any requests signed for the named pod.
+        return trusted_pod.from_api(self._service, namespace=namespace, name=name, uid=uid)
 
 
 def _pod_arg(args: Mapping[str, Any]) -> JSON:
@@ -213,48 +238,55 @@ def _extender_score(score: int) -> int:
 
 
 class ExtenderServer:
-    """HTTP server for the extender verbs, /healthz and /metrics."""
+    """The extender verbs plus /healthz, /readyz and /metrics over HTTP (HTTPS with client certificates)."""
 
-    def __init__(self, service: SchedulingService, *, address: str) -> None:
-        host, sep, port = address.rpartition(":")
-        if not sep or not port.isdigit():
-            raise InvalidRequest(f"--extender-listen={address!r}: expected HOST:PORT, e.g. 0.0.0.0:9444")
-        self.extender = Extender(service)
+    def __init__(
+        self,
+        service: SchedulingService,
+        *,
+        address: str,
+        pods_from_api: bool,
+        tls_files: tls.TLSFiles = tls.TLSFiles(),
+        limits: Limits = LIMITS,
+    ) -> None:
+        field_ = "--extender-listen"
+        try:
+            host, port = tls.split_hostport(address, field=field_, example="127.0.0.1:9444")
+            # No host means loopback (unlike gRPC's, where it means every interface): kube-scheduler
+            # calls from the same pod.
+            host = host or "127.0.0.1"
+            tls.check_listener(f"{host}:{port}", tls_files, field=field_, tls_key="extenderTLS")
+            tls.check_complete(tls_files, field="extenderTLS", keys=("certFile", "keyFile", "clientCAFile"))
+            context = tls.server_ssl_context(tls_files, field="extenderTLS") if tls_files.enabled else None
+        except tls.TLSError as exc:
+            raise InvalidRequest(str(exc)) from None
+        self.extender = Extender(service, pods_from_api=pods_from_api)
         self._service = service
-        handler = _handler_class(self)
-        self._httpd = ThreadingHTTPServer((host or "0.0.0.0", int(port)), handler)
-        self._httpd.daemon_threads = True
-        self._thread: threading.Thread | None = None
+        self._http = BoundedHTTPServer(
+            self.handle, host=host, port=port, name="fgpu-extender", limits=limits, ssl_context=context
+        )
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) as bound."""
+        return self._http.address
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return self._http.port
 
     def start(self) -> None:
-        # A short poll interval: shutdown() waits for it, and stop should be prompt.
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fgpu-extender", daemon=True
-        )
-        self._thread.start()
+        self._http.start()
 
     def stop(self, grace: float | None = None) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(grace)
+        self._http.stop(grace)
 
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
         """(status, content type, body) for one request."""
+        probe = probes.answer(self._service, method, path)
+        if probe is not None:
+            return probe
         verb = path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-        if method == "GET" and verb == "healthz":  # liveness: the state is loaded
-            ok = self._service.ready
-            return (200 if ok else 503), "text/plain", b"ok" if ok else b"loading"
-        if method == "GET" and verb == "readyz":  # readiness: route traffic to the leader only
-            if not self._service.ready:
-                return 503, "text/plain", b"loading"
-            return (200, "text/plain", b"ok") if self._service.leading else (503, "text/plain", b"standby")
-        if method == "GET" and verb == "metrics":
-            return 200, "text/plain; version=0.0.4", self._service.metrics.exposition()
         if verb not in ("filter", "prioritize", "bind"):
             return 404, "text/plain", f"unknown path {path}; use .../filter, .../prioritize or .../bind".encode()
         if method != "POST":
@@ -270,30 +302,3 @@ class ExtenderServer:
         except errors.ServiceError as exc:
             return errors.http_status(exc), "text/plain", errors.describe(exc).encode()
         return 200, "application/json", json.dumps(result, separators=(",", ":")).encode()
-
-
-def _handler_class(server: ExtenderServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:
-            self._respond(*server.handle("GET", self.path, b""))
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > _MAX_BODY:
-                self._respond(413, "text/plain", b"request body too large")
-                return
-            self._respond(*server.handle("POST", self.path, self.rfile.read(length)))
-
-        def _respond(self, status: int, content_type: str, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("extender %s", format % args)
-
-    return Handler

@@ -5,6 +5,16 @@ interceptor turns domain exceptions into gRPC status codes (through
 `errors.grpc_code`), so no method picks a code itself. The server serves
 health and reflection (apis.grpc_server), so
 `grpcurl -plaintext -unix SOCK fgpu.v1.Scheduler/GetNodeState` works by hand.
+
+What a caller can get, and from whom (docs/scheduler.md, "Who may call"):
+- Reserve and Bind answer with the GPUs chosen, never the signed annotation:
+  the signature leaves the scheduler only on the pod itself, written at bind.
+- With the kubernetes backend, Reserve and Bind decide on the pod as the API
+  has it (read by name, UID checked), not on the pod in the request; and
+  ReportDevices is refused, since a node's GPUs come only from its Device
+  object, which only its own agent may write.
+- The listener is a unix socket or loopback, or else mutual TLS
+  (`grpcTLS`): a client certificate signed by the configured CA.
 """
 
 from __future__ import annotations
@@ -17,12 +27,12 @@ from typing import Any
 
 import grpc
 
-from apis import grpc_server
+from apis import grpc_server, tls
 from apis.allocation import Allocation
 from apis.devices import NodeDevices, from_proto, to_proto
 from apis.fgpu.v1 import scheduler_pb2, scheduler_pb2_grpc
-from scheduler_plugin import errors, pods
-from scheduler_plugin.errors import InvalidRequest
+from scheduler_plugin import errors, pods, trusted_pod
+from scheduler_plugin.errors import InvalidRequest, Refused
 from scheduler_plugin.scheduling import SchedulingService, SignedAllocation
 
 log = logging.getLogger(__name__)
@@ -53,12 +63,8 @@ def pod_from_proto(pod: scheduler_pb2.Pod) -> dict[str, Any]:
 
 
 def allocation_to_proto(signed: SignedAllocation) -> scheduler_pb2.NodeAllocation:
-    return scheduler_pb2.NodeAllocation(
-        node_name=signed.node,
-        gpus=_gpus(signed.allocation),
-        annotation=signed.annotation,
-        signature=signed.signature,
-    )
+    """The GPUs chosen; deliberately not `signed.annotations` (see the module docstring)."""
+    return scheduler_pb2.NodeAllocation(node_name=signed.node, gpus=_gpus(signed.allocation))
 
 
 def _gpus(allocation: Allocation) -> list[scheduler_pb2.GPUAllocation]:
@@ -76,8 +82,25 @@ def _gpus(allocation: Allocation) -> list[scheduler_pb2.GPUAllocation]:
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
-    def __init__(self, service: SchedulingService) -> None:
+    def __init__(self, service: SchedulingService, *, pods_from_api: bool, accept_reports: bool) -> None:
+        """`pods_from_api`: Reserve/Bind read the pod from the API (kubernetes backend);
+        `accept_reports`: ReportDevices sets a node's GPUs (embedded backend only)."""
         self._service = service
+        self._pods_from_api = pods_from_api
+        self._accept_reports = accept_reports
+
+    def _pod_to_place(self, message: scheduler_pb2.Pod) -> dict[str, Any]:
+        """The pod that Reserve/Bind choose and sign GPUs for."""
+        pod = pod_from_proto(message)
+        if not self._pods_from_api:
+            return pod  # embedded: the caller's pod is the only record there is
+        meta = pod.get("metadata") or {}
+        return trusted_pod.from_api(
+            self._service,
+            namespace=str(meta.get("namespace") or "default"),
+            name=str(meta.get("name") or ""),
+            uid=str(meta.get("uid") or ""),
+        )
 
     def Filter(self, request: scheduler_pb2.FilterRequest, context: grpc.ServicerContext) -> scheduler_pb2.FilterResponse:
         outcome = self._service.filter(pod_from_proto(request.pod), list(request.node_names) or None)
@@ -97,7 +120,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     def Reserve(self, request: scheduler_pb2.ReserveRequest, context: grpc.ServicerContext) -> scheduler_pb2.ReserveResponse:
         _require(request.node_name, "node_name")
-        signed = self._service.reserve(pod_from_proto(request.pod), request.node_name)
+        signed = self._service.reserve(self._pod_to_place(request.pod), request.node_name)
         return scheduler_pb2.ReserveResponse(allocation=allocation_to_proto(signed))
 
     def Unreserve(
@@ -108,12 +131,18 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     def Bind(self, request: scheduler_pb2.BindRequest, context: grpc.ServicerContext) -> scheduler_pb2.BindResponse:
         _require(request.node_name, "node_name")
-        signed = self._service.bind(pod_from_proto(request.pod), request.node_name)
+        signed = self._service.bind(self._pod_to_place(request.pod), request.node_name)
         return scheduler_pb2.BindResponse(allocation=allocation_to_proto(signed))
 
     def ReportDevices(
         self, request: scheduler_pb2.ReportDevicesRequest, context: grpc.ServicerContext
     ) -> scheduler_pb2.ReportDevicesResponse:
+        if not self._accept_reports:
+            raise Refused(
+                "ReportDevices: refused, this scheduler runs with the kubernetes state backend, where a node's "
+                "GPUs come only from its Device object (written by that node's fgpu-agent); drop --scheduler "
+                "from the agent, or run the scheduler with --state embedded"
+            )
         _require(request.report.node_name, "report.node_name")
         orphans = self._service.report_devices(from_proto(request.report))
         return scheduler_pb2.ReportDevicesResponse(orphaned_allocations=orphans)
@@ -185,17 +214,40 @@ class ErrorInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
 
 class GrpcServer:
-    """The gRPC server: Scheduler + health + reflection on one address."""
+    """The gRPC server: Scheduler + health + reflection on one address, with mutual TLS when given."""
 
-    def __init__(self, service: SchedulingService, *, address: str, workers: int = 8) -> None:
+    def __init__(
+        self,
+        service: SchedulingService,
+        *,
+        address: str,
+        pods_from_api: bool,
+        accept_reports: bool,
+        tls_files: tls.TLSFiles = tls.TLSFiles(),
+        workers: int = 8,
+    ) -> None:
+        field = "--grpc-listen"
+        try:
+            # Checked again here, not only in the config: no path may open a plaintext port to the network.
+            tls.check_listener(address, tls_files, field=field, tls_key="grpcTLS")
+            tls.check_complete(tls_files, field="grpcTLS", keys=("certFile", "keyFile", "clientCAFile"))
+        except tls.TLSError as exc:
+            raise InvalidRequest(str(exc)) from None
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fgpu-sched-grpc"),
             interceptors=[ErrorInterceptor()],
             options=list(grpc_server.CHANNEL_OPTIONS),
         )
-        scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(service), self._server)  # type: ignore[no-untyped-call]
+        servicer = SchedulerServicer(service, pods_from_api=pods_from_api, accept_reports=accept_reports)
+        scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, self._server)  # type: ignore[no-untyped-call]
         self.health = grpc_server.add_health_and_reflection(self._server, [SERVICE_NAME])
-        self.address = grpc_server.add_listener(self._server, address, field="--grpc-listen")
+        self.address = grpc_server.parse_address(address, field=field)
+        #: the TCP port bound (useful with port 0); 0 for a unix socket
+        self.port = 0
+        if tls_files.enabled:
+            self.port = tls.add_secure_listener(self._server, address, tls_files, field=field)
+        else:
+            grpc_server.add_listener(self._server, address, field=field)
 
     def start(self) -> None:
         self._server.start()

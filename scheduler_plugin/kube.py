@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,9 @@ JSON = dict[str, Any]
 REQUEST_TIMEOUT_S = 10.0
 
 _MERGE_PATCH = "application/merge-patch+json"
+
+#: Called before every pod write; raises (errors.NotLeader) to refuse it. See `Kube.fence_pod_writes`.
+WriteFence = Callable[[], None]
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Kube:
         self._coordination = client.CoordinationV1Api(api_client)
         self._policy = client.PolicyV1Api(api_client)
         self._timeout = request_timeout_s
+        self._fence: WriteFence | None = None
 
     @classmethod
     def connect(cls, *, kubeconfig: str = "", request_timeout_s: float = REQUEST_TIMEOUT_S) -> Kube:
@@ -76,6 +80,15 @@ class Kube:
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
 
+    def fence_pod_writes(self, fence: WriteFence | None) -> None:
+        """Makes every later pod write (metadata patch, Binding) call `fence` first; it raises to refuse the write.
+
+        The leader elector installs its lease check here (`LeaderElector.start`), so the check runs right
+        before each request leaves, not only when a bind begins: a leader that was paused past its
+        lease cannot write a pod once it resumes. None removes the fence.
+        """
+        self._fence = fence
+
     # --- pods ---------------------------------------------------------------
 
     def list_pods(self) -> Listing:
@@ -94,6 +107,7 @@ class Kube:
 
     def patch_pod_metadata(self, *, namespace: str, name: str, metadata: JSON) -> JSON:
         """Merge-patches metadata (labels/annotations; a None value removes a key)."""
+        self._check_fence()
         return _json(
             self._call(
                 self._core.patch_namespaced_pod,
@@ -104,12 +118,33 @@ class Kube:
             )
         )
 
-    def bind_pod(self, *, namespace: str, name: str, uid: str, node: str) -> None:
-        """POST pods/binding. 409 when the pod is bound already."""
+    def bind_pod(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        resource_version: str = "",
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """POST pods/binding: sets spec.nodeName and merges `annotations` into the pod in one write.
+
+        kube-apiserver applies both atomically (BindingREST.setPodHostAndAnnotations), and refuses
+        with 409 a pod that is bound already, or whose uid or resourceVersion is not the given one.
+        """
+        self._check_fence()
+        metadata: JSON = {"name": name, "namespace": namespace}
+        if uid:
+            metadata["uid"] = uid
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        if annotations:
+            metadata["annotations"] = dict(annotations)
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         self._call(self._core.create_namespaced_pod_binding, name=name, namespace=namespace, body=body)
@@ -169,6 +204,11 @@ class Kube:
         )
 
     # --- plumbing ------------------------------------------------------------
+
+    def _check_fence(self) -> None:
+        fence = self._fence
+        if fence is not None:
+            fence()
 
     def _call(self, func: Callable[..., Any], **kwargs: Any) -> Any:
         try:

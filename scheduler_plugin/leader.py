@@ -10,6 +10,16 @@ The leader stops acting as leader once it has failed to renew for
 `renew_deadline_s`, which is shorter than `lease_duration_s`: by the time a
 standby may take over, the old leader has already stopped binding, so no GPU
 is handed out by two instances.
+
+Checking that once, when a bind begins, is not enough: a leader paused (GC,
+SIGSTOP, a slow API call) between that check and its write would bind, on
+its stale view, after a new leader has handed the same GPU out. So `start`
+fences the Kube it was given: every pod write through it runs `check_lead`
+right before the request leaves, and a deposed leader's write is refused
+locally (`NotLeader`). What is left is the time between that check and the
+API server applying the write: `lease_duration_s - renew_deadline_s` (5 s
+as deployed) must cover it, and the Binding itself carries the pod's uid
+and resourceVersion, so it lands only on the pod the decision was made for.
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler_plugin.core.api import Clock
-from scheduler_plugin.errors import KubeAPIError
+from scheduler_plugin.errors import KubeAPIError, NotLeader
 from scheduler_plugin.kube import Kube
 
 log = logging.getLogger(__name__)
@@ -118,9 +128,21 @@ class LeaderElector:
         """True while leading and the last renewal is within the renew deadline (a stalled loop loses it)."""
         return self._leading and self._clock() - self._last_renew < self._renew_deadline_s
 
+    def check_lead(self) -> None:
+        """Returns while this instance may write as leader; raises NotLeader otherwise (the Kube's write fence)."""
+        if self._stop.is_set() or not self.is_leader():
+            since = self._clock() - self._last_renew
+            raise NotLeader(
+                f"fgpu-scheduler {self.identity} does not hold lease {self._namespace}/{self._name} now "
+                f"(last renewed {since:.1f}s ago; renew deadline {self._renew_deadline_s:.1f}s), so it writes no pod: "
+                "the current leader binds; this instance retries if it leads again"
+            )
+
     def start(self) -> None:
-        """Campaigns once now (so a lone instance leads when this returns), then in the background."""
-        self._campaign_once()
+        """Fences the Kube's pod writes with the lease, campaigns once now (so a lone instance leads when this
+        returns), then in the background."""
+        self._kube.fence_pod_writes(self.check_lead)
+        self.campaign()
         self._thread = threading.Thread(target=self._loop, name="fgpu-leader-election", daemon=True)
         self._thread.start()
 
@@ -174,9 +196,10 @@ class LeaderElector:
 
     def _loop(self) -> None:
         while not self._stop.wait(self._retry_period_s):
-            self._campaign_once()
+            self.campaign()
 
-    def _campaign_once(self) -> None:
+    def campaign(self) -> None:
+        """One round: acquire or renew, start or stop leading (the background loop's step; tests call it)."""
         if not self._stop.is_set():
             ok = self.try_acquire_or_renew()
             if ok and not self._leading and not self._stop.is_set():

@@ -2,7 +2,8 @@
 
     fgpu-scheduler [--config FILE] [--state kubernetes|embedded] [--db FILE]
                    [--kubeconfig FILE] [--grpc-listen ADDRESS] [--extender-listen HOST:PORT]
-                   [--standalone] [--signing-key FILE] [--policy NAME]
+                   [--standalone] [--signing-key FILE] [--verifying-keys PATH]
+                   [--legacy-signing-key FILE] [--policy NAME]
 
 Flags override the config file (see scheduler_plugin/config.py for its keys).
 Stops cleanly on SIGTERM/SIGINT: servers drain, the lease is handed back.
@@ -41,7 +42,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extender-listen", metavar="HOST:PORT", help="kube-scheduler extender HTTP address")
     p.add_argument("--metrics-listen", metavar="HOST:PORT", help="separate Prometheus /metrics address")
     p.add_argument("--standalone", action="store_true", default=None, help="bind pods with schedulerName fgpu-scheduler")
-    p.add_argument("--signing-key", metavar="FILE", help="HMAC key file for allocation signatures")
+    p.add_argument(
+        "--signing-key", metavar="FILE",
+        help="Ed25519 private key (PEM) allocations are signed with; re-read on change (fgpuctl keys generate)",
+    )
+    p.add_argument(
+        "--verifying-keys", metavar="PATH",
+        help="public keys (PEM file or directory) of earlier signing keys, to check pods signed before a rotation",
+    )
+    p.add_argument(
+        "--legacy-signing-key", metavar="FILE",
+        help="the v1 HMAC key, to check pods signed before the upgrade to v2 (the upgrade window only)",
+    )
     p.add_argument("--policy", metavar="NAME", help="scoring policy (binpack, spread, fgd, ...)")
     p.add_argument("--gpu-policy", metavar="NAME", help="GPU-level policy; default: the same as --policy")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -60,6 +72,8 @@ def resolve_config(args: argparse.Namespace) -> SchedulerConfig:
         metrics_listen=args.metrics_listen,
         standalone=args.standalone,
         signing_key=args.signing_key,
+        verifying_keys=args.verifying_keys,
+        legacy_signing_key=args.legacy_signing_key,
         policy=args.policy,
         gpu_policy=args.gpu_policy,
     )

@@ -86,6 +86,20 @@ class Metrics:
             registry=self.registry,
         )
         self.leader = Gauge("fgpu_scheduler_is_leader", "1 while this instance leads.", registry=self.registry)
+        self.unverified_allocations = Gauge(
+            "fgpu_scheduler_unverified_allocations",
+            "Bound pods whose allocation annotation does not verify, now; each is counted by the conservative "
+            "rule (last verified allocation, else its request within what is free), named in an "
+            "AllocationNotVerified Event and in fgpuctl inspect.",
+            registry=self.registry,
+        )
+        self.unverified_allocations_found = Counter(
+            "fgpu_scheduler_unverified_allocations_found",
+            "Bound pods found with an allocation that does not verify (again after each new problem), by what "
+            "is counted for them: last-verified, request or nothing.",
+            ["counted"],
+            registry=self.registry,
+        )
 
     @contextmanager
     def timed(self, phase: Phase) -> Iterator[None]:

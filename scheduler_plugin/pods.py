@@ -8,6 +8,7 @@ gRPC callers either send the manifest or the few fields of `fgpu.v1.Pod`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +16,7 @@ from apis import names
 from apis.request import RequestError
 from apis.request import pod_cpu_memory as _pod_cpu_memory
 from apis.translation import TranslationRules
+from scheduler_plugin.core import noderules
 from scheduler_plugin.core.api import PodRequest, PodUID
 from scheduler_plugin.core.podrequest import pod_request_from_pod
 
@@ -62,19 +64,28 @@ def holds_resources(pod: Mapping[str, Any]) -> bool:
 
 
 def wants_us(pod: Mapping[str, Any]) -> bool:
-    """Pending, not being deleted, and addressed to fgpu's own scheduler name."""
+    """Pending, not being deleted, not held back by scheduling gates, and addressed to fgpu's own
+    scheduler name. A gated pod is not ready to be scheduled (kube-scheduler leaves it too, and the
+    API server refuses its binding); it comes back through the watch once its gates are removed."""
     return (
         spec(pod).get("schedulerName") == names.SCHEDULER_NAME
         and not node_name(pod)
         and not is_terminated(pod)
         and not meta(pod).get("deletionTimestamp")
+        and not spec(pod).get("schedulingGates")
     )
 
 
 def request_of(pod: Mapping[str, Any], *, rules: TranslationRules | None) -> PodRequest:
     """The core's view of the pod. Raises apis.request.RequestError for an invalid request."""
-    request: PodRequest = pod_request_from_pod(pod, rules=rules)
-    return request
+    return _with_node_needs(pod_request_from_pod(pod, rules=rules), pod)
+
+
+def _with_node_needs(request: PodRequest, pod: Mapping[str, Any]) -> PodRequest:
+    """The request with the pod's tolerations and host ports, which the node rules check
+    (a pending pod against each node; a bound one holds its host ports on its node)."""
+    needs = noderules.pod_needs(pod)
+    return dataclasses.replace(request, node_needs=needs) if needs != request.node_needs else request
 
 
 def request_of_bound(pod: Mapping[str, Any], *, rules: TranslationRules | None) -> tuple[PodRequest, str]:
@@ -86,7 +97,7 @@ def request_of_bound(pod: Mapping[str, Any], *, rules: TranslationRules | None) 
     second value says what was wrong ("" when nothing).
     """
     try:
-        return pod_request_from_pod(pod, rules=rules), ""
+        return _with_node_needs(pod_request_from_pod(pod, rules=rules), pod), ""
     except RequestError as exc:
         problem = "; ".join(exc.errors) or str(exc)
     except (ValueError, TypeError) as exc:  # a malformed object from the API; count what we can
@@ -104,7 +115,7 @@ def request_of_bound(pod: Mapping[str, Any], *, rules: TranslationRules | None) 
         cpu_milli=cpu,
         memory_bytes=mem,
     )
-    return request, problem
+    return _with_node_needs(request, pod), problem
 
 
 def from_proto_fields(

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from apis import names
-from apis.allocation import Allocation
+from apis.allocation import Allocation, AllocationError
 from apis.devices import NodeDevices
 from apis.request import RequestError
-from apis.signing import allocation_annotations
+from apis.signing import SchedulerKeys, VerifyingKeys, allocation_annotations, verify_pod_annotations
 from apis.translation import TranslationRules
 from scheduler_plugin import boundpods, pods
 from scheduler_plugin.allocation_split import with_containers
@@ -94,18 +94,25 @@ class SchedulingService:
         *,
         core_factory: CoreFactory,
         backend: Backend,
-        signing_key: bytes | None,
+        signing_key: SchedulerKeys | None,
         rules: RulesSource = lambda: None,
         metrics: Metrics | None = None,
         recorder: EventRecorder | None = None,
         is_leader: Callable[[], bool] = lambda: True,
+        verify: boundpods.Verifier | None = None,
     ) -> None:
+        """`verify` checks bound pods' allocations; by default with `signing_key` (None: nothing is checked)."""
         self._core_factory = core_factory
         self._core = core_factory()
+        #: what this process verified and reported, by pod uid (outlives resyncs)
+        self._history = boundpods.History()
+        self._verify = verify or _verifier(signing_key)
+        self._bound_pods = boundpods.BoundPods(self._core, verify=self._verify, history=self._history)
         self._backend = backend
         self._key = signing_key
         self._rules = rules
         self.metrics = metrics or Metrics()
+        self.metrics.unverified_allocations.set_function(lambda: self._bound_pods.unverified_count)
         self._recorder = recorder
         self._is_leader = is_leader
         self._lock = threading.RLock()
@@ -192,7 +199,7 @@ class SchedulingService:
         if released:
             with self._lock:
                 self._bound.pop(uid, None)
-                self._core.remove_pod(uid)
+                self._bound_pods.remove(uid)
         return released
 
     def bind(self, pod: Mapping[str, Any], node: str) -> SignedAllocation:
@@ -224,6 +231,8 @@ class SchedulingService:
             # (Unreserve, resync) while the bind ran; add_pod counts the pod either way.
             self._core.add_pod(request, target, allocation)
             self._bound[request.uid] = target
+            if signed.annotations:
+                self._history.remember(request.uid, target, signed.allocation)
         return signed
 
     def place(self, pod: Mapping[str, Any]) -> tuple[NodeName, Allocation] | None:
@@ -321,12 +330,14 @@ class SchedulingService:
             for info in snapshot.nodes:
                 core.upsert_node_info(info)
             bound: dict[str, NodeName] = {}
+            bound_pods = boundpods.BoundPods(core, verify=self._verify, history=self._history)
             for pod in snapshot.pods:
                 if pods.holds_resources(pod):
-                    orphans.extend(boundpods.add_bound(core, pod, gpus=gpus, rules=self._rules(), key=self._key))
+                    orphans.extend(bound_pods.add(pod, gpus=gpus, rules=self._rules()))
                     bound[pods.uid(pod)] = NodeName(pods.node_name(pod))
             with self._lock:
                 self._core = core
+                self._bound_pods = bound_pods
                 self._gpus = gpus
                 self._bound = bound
                 self._loaded = True
@@ -345,6 +356,7 @@ class SchedulingService:
         with self._lock:
             self._gpus[devices.node_name] = boundpods.gpu_uuids(devices)
             lines = self._core.upsert_node_devices(devices)
+            self._bound_pods.recount(NodeName(devices.node_name))
         self._report_orphans(lines)
         return lines
 
@@ -370,7 +382,7 @@ class SchedulingService:
             if self.pending is not None:
                 self.pending.discard(pods.uid(pod))
             with self._lock:
-                orphans = boundpods.add_bound(self._core, pod, gpus=self._gpus, rules=self._rules(), key=self._key)
+                orphans = self._bound_pods.add(pod, gpus=self._gpus, rules=self._rules())
                 self._bound[pods.uid(pod)] = NodeName(pods.node_name(pod))
             self._report_orphans(orphans)
         elif pods.is_terminated(pod):
@@ -387,7 +399,7 @@ class SchedulingService:
             held = self._core.allocation_of(uid) is not None
             self._bound.pop(uid, None)
             self._core.unreserve(uid)
-            self._core.remove_pod(uid)
+            self._bound_pods.remove(uid)
         if self._recorder is not None:
             self._recorder.forget(uid)
         if self.pending is not None:
@@ -396,6 +408,10 @@ class SchedulingService:
                 self.pending.all_due_now()
 
     # --- internals -----------------------------------------------------------------
+
+    def _verifying_keys(self) -> VerifyingKeys | None:
+        """What bound pods' signatures are checked with now; None in a read-only view (no keys)."""
+        return self._key.verifying_keys() if self._key is not None else None
 
     def _reserve_locked(self, request: PodRequest, node: NodeName) -> Allocation:
         if not request.uid:
@@ -425,7 +441,7 @@ class SchedulingService:
             if current is None or pods.uid(current) != request.uid or not pods.holds_resources(current):
                 log.warning("pod %s: bind conflict, and where it is bound is unknown; reservation released", request.key)
                 return
-            orphans = boundpods.add_bound(self._core, current, gpus=self._gpus, rules=self._rules(), key=self._key)
+            orphans = self._bound_pods.add(current, gpus=self._gpus, rules=self._rules())
             self._bound[request.uid] = NodeName(pods.node_name(current))
         self._report_orphans(orphans)
 
@@ -439,11 +455,14 @@ class SchedulingService:
             allocation = with_containers(
                 pod, allocation, rules=self._rules(), gpu_memory=lambda: self._gpu_memory(node), where=pods.key(pod)
             )
-        except InvalidRequest:
+            annotations = allocation_annotations(self._key.signing_key(), pod_uid=uid, node_name=node, allocation=allocation)
+        except (InvalidRequest, AllocationError) as exc:
+            # Nothing is written, so nothing may stay reserved for the pod either.
             with self._lock:
                 self._core.unreserve(uid)
+            if isinstance(exc, AllocationError):
+                raise InvalidRequest(f"pod {pods.key(pod)}: {exc}") from exc
             raise
-        annotations = allocation_annotations(self._key, pod_uid=uid, node_name=node, allocation=allocation)
         return SignedAllocation(node=node, allocation=allocation, annotations=annotations)
 
     def _gpu_memory(self, node: NodeName) -> dict[str, int]:
@@ -460,6 +479,24 @@ class SchedulingService:
             log.error("allocation on a GPU that no longer exists: %s", line)
             self.metrics.orphaned_allocations.inc()
             self.orphans.append(line)
+        self._report_unverified()
+
+    def _report_unverified(self) -> None:
+        with self._lock:
+            news = self._bound_pods.take_news()
+        for found in news:
+            log.warning("%s", found.message())
+            self.metrics.unverified_allocations_found.labels(counted=found.basis.value).inc()
+            if self._recorder is not None and self._is_leader():  # one Event per pod, from the leader
+                try:
+                    self._recorder.unverified_allocation(found.involved_object(), found.message())
+                except Exception as exc:  # an Event is a courtesy; never fail the feed for it
+                    log.warning("could not post event for %s: %s", found.key, exc)
+
+    def unverified(self) -> tuple[boundpods.Unverified, ...]:
+        """Bound pods whose allocation does not verify, and what is counted for each (fgpuctl inspect)."""
+        with self._lock:
+            return self._bound_pods.unverified()
 
     def _require_loaded(self) -> None:
         if not self._loaded:
@@ -483,6 +520,17 @@ class SchedulingService:
                 self._recorder.scheduled(pod, message)
         except Exception as exc:  # an Event is a courtesy; never fail scheduling for it
             log.warning("could not post event for %s: %s", pods.key(pod), exc)
+
+
+def _verifier(keys: SchedulerKeys | None) -> boundpods.Verifier | None:
+    """Checks with the keys as they are at each call (a rotation adds one without a restart)."""
+    if keys is None:
+        return None
+
+    def verify(*, pod_uid: str, node_name: str, annotations: Mapping[str, str]) -> Allocation | None:
+        return verify_pod_annotations(keys.verifying_keys(), pod_uid=pod_uid, node_name=node_name, annotations=annotations)
+
+    return verify
 
 
 def _describe(exc: BaseException) -> str:

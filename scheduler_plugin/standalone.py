@@ -5,6 +5,12 @@ to us to `PendingQueue.add` (and `discard` once it is bound or gone), leader
 or not, so a standby that takes over has its queue ready. Only the leader
 pops pods. A pod that does not fit waits with exponential backoff; any
 pod leaving the cluster (capacity freed) makes every waiting pod due again.
+
+Standalone mode has no kube-scheduler in front of it: the node rules it does
+check (taints, cordon, conditions, max pods, host ports) are part of the core's
+filter, and a pod needing what it cannot check (pod affinity, a DoNotSchedule
+topology spread, a PersistentVolumeClaim: `core/standalone_limits.py`) is
+refused with a FailedScheduling Event instead of being placed without it.
 """
 
 from __future__ import annotations
@@ -18,8 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler_plugin import pods
+from scheduler_plugin.core import standalone_limits
 from scheduler_plugin.core.api import Clock
 from scheduler_plugin.errors import Conflict, NotFound, ServiceError
+from scheduler_plugin.events import EventRecorder
+from scheduler_plugin.metrics import Result
 from scheduler_plugin.scheduling import SchedulingService
 
 log = logging.getLogger(__name__)
@@ -122,9 +131,17 @@ class PendingQueue:
 
 class StandaloneLoop:
     def __init__(
-        self, *, service: SchedulingService, queue: PendingQueue, is_leader: Callable[[], bool], idle_wait_s: float = 0.2
+        self,
+        *,
+        service: SchedulingService,
+        queue: PendingQueue,
+        is_leader: Callable[[], bool],
+        idle_wait_s: float = 0.2,
+        recorder: EventRecorder | None = None,
     ) -> None:
         self._service = service
+        #: posts the FailedScheduling Event of a pod refused before the service sees it
+        self._recorder = recorder
         self._queue = queue
         self._is_leader = is_leader
         self._idle_wait_s = idle_wait_s
@@ -152,6 +169,12 @@ class StandaloneLoop:
 
     def schedule_one(self, pod: Mapping[str, Any]) -> None:
         uid = pods.uid(pod)
+        needs = standalone_limits.unsupported(pod)
+        if needs:
+            # Immutable on the pod: no retry can help. A later change re-queues it through the watch.
+            self._refuse(pod, standalone_limits.refusal_message(needs))
+            self._queue.discard(uid)
+            return
         try:
             signed = self._service.schedule(pod)
         except (Conflict, NotFound) as exc:
@@ -171,3 +194,16 @@ class StandaloneLoop:
         else:
             self._queue.discard(uid)
             log.info("standalone: bound %s to %s", pods.key(pod), signed.node)
+
+    def _refuse(self, pod: Mapping[str, Any], message: str) -> None:
+        log.info("standalone: %s not scheduled: %s", pods.key(pod), message)
+        metrics = self._service.metrics
+        metrics.decisions.labels(result=Result.UNSCHEDULABLE.value).inc()
+        # One fixed reason: the message names volumes and keys, which would make a label per pod.
+        metrics.record_reasons(["pod needs what standalone mode does not check"])
+        if self._recorder is None:
+            return
+        try:
+            self._recorder.failed(pod, message)
+        except Exception as exc:  # an Event is a courtesy; the pod stays unplaced either way
+            log.warning("could not post event for %s: %s", pods.key(pod), exc)

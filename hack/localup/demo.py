@@ -27,7 +27,7 @@ import yaml
 from apis import names
 from apis.request import RequestError, parse_pod
 from hack.localup import cri, podrun, report
-from hack.localup.placing import Placement, SchedulerClient
+from hack.localup.placing import BindNotRecorded, Placement, SchedulerClient
 from hack.localup.report import PodOutcome, Status
 from hack.localup.stack import NODE_NAME, Paths, Settings, Stack, StackError, teardown
 
@@ -66,7 +66,8 @@ def load_pods(directory: str) -> list[dict[str, Any]]:
 def run_pod(
     pod_spec: Mapping[str, Any], *, stack: Stack, scheduler: SchedulerClient, kubelet: cri.Kubelet, keep: bool
 ) -> PodOutcome:
-    """Schedules the pod (when it names fgpu-scheduler), runs it as kubelet would, and says how it went."""
+    """Schedules the pod (when it names fgpu-scheduler), runs it as kubelet would (with the annotations
+    the scheduler wrote on the pod at bind), and says how it went."""
     pod = podrun.prepare(pod_spec)
     name, namespace = str(pod["metadata"]["name"]), str(pod["metadata"]["namespace"])
     try:
@@ -179,7 +180,9 @@ def main(argv: list[str] | None = None, *, out: Callable[[str], None] = _print) 
     try:
         stack.start(on_step=lambda s: out(f"==> {s}"))
         out(f"==> stack up in {time.monotonic() - started:.1f}s; running {len(pods)} pods from {args.pods}")
-        scheduler = SchedulerClient(stack.scheduler_address)
+        # The signed annotations come from the scheduler's own record of the bound pod, as kubelet
+        # reads them from the API server; no gRPC answer carries them.
+        scheduler = SchedulerClient(stack.scheduler_address, bound_pod=stack.bound_pod)
         kubelet = cri.Kubelet(stack.proxy_address)
         try:
             outcomes = [
@@ -207,7 +210,7 @@ def main(argv: list[str] | None = None, *, out: Callable[[str], None] = _print) 
             out(poke_commands(stack))
         keep_logs = any(o.status is Status.FAILED for o in outcomes)
         return 1 if keep_logs else 0
-    except StackError as exc:
+    except (StackError, BindNotRecorded) as exc:
         out(f"local-up: {exc}")
         return 1
     except grpc.RpcError as exc:

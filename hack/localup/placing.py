@@ -1,20 +1,22 @@
 """Schedules one pod the way kube-scheduler drives fgpu: Filter, Score, Reserve, Bind over gRPC.
 
-With the embedded state backend, Bind records the allocation in the
-scheduler's SQLite file and answers with the signed annotations that the
-kubernetes backend would have written onto the pod.
+With the embedded state backend, Bind records the pod, with the signed
+annotations the kubernetes backend would have written onto it, in the
+scheduler's SQLite file. Bind's answer names the GPUs but carries no
+signature (no RPC answer does: a caller could paste it onto any pod), so the
+annotations are read from that record, as kubelet reads them from the API
+server: `bound_pod` is the reader (hack/localup/stack.py `Stack.bound_pod`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from apis import names
 from apis.fgpu.v1 import scheduler_pb2, scheduler_pb2_grpc
 from hack.localup.report import Share
 
@@ -23,7 +25,7 @@ from hack.localup.report import Share
 class Placement:
     node: str
     shares: tuple[Share, ...]
-    #: the annotations to put on the pod: allocation, signature, node
+    #: the pod's annotations as the scheduler wrote them at bind (allocation, signature, node for a GPU pod)
     annotations: Mapping[str, str]
 
 
@@ -32,8 +34,17 @@ class Unschedulable:
     reason: str
 
 
+#: uid -> the pod as the scheduler stored it at bind, or None
+BoundPodReader = Callable[[str], Mapping[str, Any] | None]
+
+
+class BindNotRecorded(RuntimeError):
+    """Bind answered, yet the scheduler's record has no such pod: the two disagree."""
+
+
 class SchedulerClient:
-    def __init__(self, address: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(self, address: str, *, bound_pod: BoundPodReader, timeout_s: float = 10.0) -> None:
+        self._bound_pod = bound_pod
         self._channel = grpc.insecure_channel(address)
         self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)  # type: ignore[no-untyped-call]
         self._timeout_s = timeout_s
@@ -66,28 +77,20 @@ class SchedulerClient:
                 Share(minor=g.minor, uuid=g.mig_uuid or g.uuid, core_percent=g.core_percent, memory_bytes=g.memory_bytes)
                 for g in allocation.gpus
             ),
-            annotations=allocation_annotations(allocation),
+            annotations=self._written_annotations(message.uid),
         )
+
+    def _written_annotations(self, uid: str) -> dict[str, str]:
+        stored = self._bound_pod(uid)
+        if stored is None:
+            raise BindNotRecorded(f"pod uid {uid}: Bind succeeded but the scheduler's state has no such bound pod")
+        annotations = (stored.get("metadata") or {}).get("annotations") or {}
+        return {str(k): str(v) for k, v in annotations.items()}
 
     def release(self, pod: Mapping[str, Any], *, node: str) -> None:
         """Forgets a bound pod (Unreserve), as the scheduler would on seeing it deleted."""
         message = pod_message(pod)
         self._stub.Unreserve(scheduler_pb2.UnreserveRequest(pod=message, node_name=node), timeout=self._timeout_s)
-
-
-def allocation_annotations(allocation: scheduler_pb2.NodeAllocation) -> dict[str, str]:
-    """The annotations Bind wrote onto the pod; none when it wrote no allocation (a pod without GPUs).
-
-    An empty string is how the gRPC answer says "no annotation": proto3 has no absent string.
-    """
-    written = {
-        names.DEVICE_ALLOCATED: allocation.annotation,
-        names.ALLOCATION_SIGNATURE: allocation.signature,
-        names.ALLOCATION_NODE: allocation.node_name,
-    }
-    if not allocation.annotation:
-        return {}
-    return {k: v for k, v in written.items() if v}
 
 
 def pod_message(pod: Mapping[str, Any]) -> scheduler_pb2.Pod:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import signal
 import sqlite3
@@ -28,6 +27,8 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from apis.fgpu.v1 import scheduler_pb2, scheduler_pb2_grpc
+from apis.keyfiles import private_pem, public_pem
+from apis.signing import SigningKey
 from tests.containerd.harness import Containerd
 
 NODE_NAME = "fgpu-local"
@@ -83,7 +84,13 @@ class Paths:
 
     @property
     def signing_key(self) -> str:
+        """The scheduler's Ed25519 private key (PEM)."""
         return self.at("signing-key")
+
+    @property
+    def verifying_keys(self) -> str:
+        """The agent's public keys: the directory a ConfigMap volume would be."""
+        return self.at("verifying-keys")
 
     @property
     def agent_config(self) -> str:
@@ -228,9 +235,16 @@ class Stack:
         p = self.paths
         for d in (p.root, p.logs_dir, p.hooks_dir, p.pods_dir):
             os.makedirs(d, exist_ok=True)
-        with open(p.signing_key, "w") as f:
-            f.write(secrets.token_hex(32) + "\n")
+        # A key pair per run, as `fgpuctl keys generate` makes: the scheduler gets the private key,
+        # the agent only the public one.
+        key = SigningKey.generate()
+        with open(p.signing_key, "wb") as f:
+            f.write(private_pem(key))
         os.chmod(p.signing_key, 0o600)
+        shutil.rmtree(p.verifying_keys, ignore_errors=True)
+        os.makedirs(p.verifying_keys)
+        with open(os.path.join(p.verifying_keys, f"{key.key_id}.pub"), "wb") as f:
+            f.write(public_pem(key.public))
         self._save_state()
 
         on_step("containerd: starting, importing local images")
@@ -302,7 +316,7 @@ class Stack:
             "--fake-nvml", self.settings.inventory,
             "--hook-listen", self.agent_address,
             "--isolation", self.settings.isolation,
-            "--signing-key", p.signing_key,
+            "--verifying-keys", p.verifying_keys,
             "--scheduler", self.scheduler_address,
             # No Kubernetes here: the admission sweep asks containerd which pods still exist.
             "--runtime-endpoint", self.containerd.address,

@@ -17,6 +17,7 @@ from typing import NewType, Protocol
 from apis.allocation import Allocation
 from apis.devices import GPUInfo, NodeDevices
 from apis.request import DeviceRequest
+from scheduler_plugin.core.noderules import NodeRules, PodNodeNeeds
 
 NodeName = NewType("NodeName", str)
 PodUID = NewType("PodUID", str)
@@ -82,6 +83,8 @@ class PodRequest:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     #: requiredDuringScheduling node affinity: OR over terms, AND inside a term
     affinity_terms: tuple[tuple[LabelRequirement, ...], ...] = ()
+    #: tolerations and host ports, checked against NodeInfo.rules (core/noderules.py)
+    node_needs: PodNodeNeeds = field(default_factory=PodNodeNeeds)
 
     @property
     def key(self) -> str:
@@ -96,6 +99,8 @@ class NodeInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     cpu_milli: int = 0  # allocatable; 0 = not tracked
     memory_bytes: int = 0  # allocatable; 0 = not tracked
+    #: taints, cordon, conditions, max pods (core/noderules.py); None = not known, nothing checked
+    rules: NodeRules | None = None
 
 
 @dataclass(frozen=True)

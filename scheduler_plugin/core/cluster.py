@@ -23,11 +23,15 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from scheduler_plugin.core.noderules import HostPort, Taint
+
 Int64Array = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 #: Group id of a GPU that belongs to no group of that kind.
 NO_GROUP = -1
+#: Distinct taint sets interned before the table is compacted to the ones nodes still carry.
+_MAX_TAINT_SETS = 1024
 
 
 class StateListener(Protocol):
@@ -50,6 +54,13 @@ class ClusterState:
         self._listeners: list[StateListener] = []
         #: rows with a GPU in MIG mode that has a free instance (MIG checks are skipped without any)
         self.mig_rows: set[int] = set()
+        #: rows whose node rules are known (a Node object was seen); node rules are checked only there
+        self.rules_rows: set[int] = set()
+        #: distinct NoSchedule/NoExecute taint sets; `taint_set[row]` indexes it, 0 is "no taints"
+        self.taint_sets: list[tuple[Taint, ...]] = [()]
+        self._taint_set_ids: dict[tuple[Taint, ...], int] = {(): 0}
+        #: row -> host ports held by the pods on the node (rows without any are absent)
+        self.host_ports: dict[int, tuple[HostPort, ...]] = {}
         #: bumps whenever a node slot is added or released (node order may change)
         self.membership_version = 0
         #: bumps on every change of any row (anything derived from the arrays is stale)
@@ -71,6 +82,11 @@ class ClusterState:
         self.mixed_models: BoolArray = np.zeros(0, dtype=np.bool_)
         #: memory of the node's largest GPU
         self.node_mem_max: Int64Array = np.zeros(0, dtype=np.int64)
+        #: node rules (core/noderules.py): taint set id, allocatable pods (0 = not known), pods counted
+        self.taint_set: Int64Array = np.zeros(0, dtype=np.int64)
+        self.max_pods: Int64Array = np.zeros(0, dtype=np.int64)
+        self.pod_count: Int64Array = np.zeros(0, dtype=np.int64)
+        self.has_host_ports: BoolArray = np.zeros(0, dtype=np.bool_)
         # GPU arrays, shape (capacity, max_gpus)
         self.gpu_present: BoolArray = np.zeros((0, max_gpus), dtype=np.bool_)
         self.gpu_healthy: BoolArray = np.zeros((0, max_gpus), dtype=np.bool_)
@@ -103,6 +119,10 @@ class ClusterState:
         "node_mem_free",
         "node_mem_max",
         "mixed_models",
+        "taint_set",
+        "max_pods",
+        "pod_count",
+        "has_host_ports",
     )
     _GPU_FIELDS = (
         "gpu_present",
@@ -159,6 +179,8 @@ class ClusterState:
             return
         self.names[index] = ""
         self.mig_rows.discard(index)
+        self.rules_rows.discard(index)
+        self.host_ports.pop(index, None)
         self._clear_row(index)
         self._free_slots.append(index)
         self.membership_version += 1
@@ -178,6 +200,31 @@ class ClusterState:
 
     def active_slots(self) -> npt.NDArray[np.intp]:
         return np.flatnonzero(self.active)
+
+    def taint_set_id(self, taints: tuple[Taint, ...]) -> int:
+        """The id of a taint set, interned: nodes share few distinct sets, so a pod's tolerations
+        are checked once per set rather than once per node."""
+        existing = self._taint_set_ids.get(taints)
+        if existing is not None:
+            return existing
+        if len(self.taint_sets) >= _MAX_TAINT_SETS:
+            self._compact_taint_sets()
+        self._taint_set_ids[taints] = len(self.taint_sets)
+        self.taint_sets.append(taints)
+        return self._taint_set_ids[taints]
+
+    def _compact_taint_sets(self) -> None:
+        # Taints with changing values (timestamps, counters) would otherwise grow the table forever.
+        used = sorted(set(self.taint_set.tolist()) - {0})
+        remap = np.zeros(len(self.taint_sets), dtype=np.int64)
+        sets: list[tuple[Taint, ...]] = [()]
+        for old in used:
+            remap[old] = len(sets)
+            sets.append(self.taint_sets[old])
+        self.taint_set = remap[self.taint_set]
+        self.taint_sets = sets
+        self._taint_set_ids = {taints: i for i, taints in enumerate(sets)}
+        self.version += 1
 
     # --- internals --------------------------------------------------------------
 

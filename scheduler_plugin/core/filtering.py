@@ -19,6 +19,7 @@ from scheduler_plugin.core.api import PodRequest
 from scheduler_plugin.core.cluster import ClusterState
 from scheduler_plugin.core.demand import FULL_PERCENT, Demand
 from scheduler_plugin.core.labels import LabelIndex
+from scheduler_plugin.core.noderules import PodNodeNeeds, port_clash, untolerated
 
 BoolArray = npt.NDArray[np.bool_]
 SlotArray = npt.NDArray[np.intp]
@@ -96,6 +97,8 @@ def fit(
         feasible = state.active[slots]
     if pod.node_selector or pod.affinity_terms:
         feasible &= labels.match(rows, selector=pod.node_selector, terms=pod.affinity_terms)
+    if node_rules_apply(state, pod.node_needs):
+        feasible &= node_rules_pass(state, rows, pod.node_needs)
     if demand.cpu_milli:
         feasible &= (take(state.cpu_alloc) == 0) | (take(state.cpu_free) >= demand.cpu_milli)
     if demand.host_memory_bytes:
@@ -133,6 +136,34 @@ def fit(
             gpu_ok[i] = bool(models_that_fit(state, int(rows[i]), fits[i], constraints.scope, demand.gpus))
     feasible &= gpu_ok
     return FitResult(rows, feasible, fits, mig)
+
+
+def node_rules_apply(state: ClusterState, needs: PodNodeNeeds) -> bool:
+    """Whether any node rule can refuse the pod anywhere (most clusters without Node facts: no)."""
+    return bool(state.rules_rows) or (bool(needs.host_ports) and bool(state.host_ports))
+
+
+def tolerated_sets(state: ClusterState, needs: PodNodeNeeds) -> BoolArray:
+    """tolerated[taint set id]: the pod tolerates every taint of that set (one check per distinct set)."""
+    return np.fromiter(
+        (untolerated(taints, needs.tolerations) is None for taints in state.taint_sets),
+        dtype=np.bool_,
+        count=len(state.taint_sets),
+    )
+
+
+def node_rules_pass(state: ClusterState, rows: SlotArray, needs: PodNodeNeeds) -> BoolArray:
+    """Rows whose node rules (core/noderules.py: taints, cordon, conditions, host ports, max pods)
+    let the pod on; `noderules.refusal` says why for the others, in words."""
+    ok: BoolArray = tolerated_sets(state, needs)[state.taint_set[rows]]
+    max_pods = state.max_pods[rows]
+    ok &= (max_pods == 0) | (state.pod_count[rows] < max_pods)
+    if needs.host_ports and state.host_ports:
+        # Few nodes run pods with host ports: those are checked one by one.
+        for i in np.flatnonzero(ok & state.has_host_ports[rows]).tolist():
+            if port_clash(needs.host_ports, state.host_ports[int(rows[i])]) is not None:
+                ok[i] = False
+    return ok
 
 
 def _memory_fits(demand: Demand, free: npt.NDArray[np.int64], total: npt.NDArray[np.int64]) -> BoolArray:

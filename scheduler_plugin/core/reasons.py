@@ -1,8 +1,9 @@
 """Why a node cannot take a pod, in words a person acts on.
 
 Called only for nodes the vectorised filter rejected. The checks run in the
-order a person would look: does the node exist, do its labels match, CPU and
-memory, then GPUs (report, model, count, health, free capacity, topology).
+order a person would look: does the node exist, do its labels match, do its
+rules let the pod on (taints, cordon, conditions, host ports, max pods:
+`noderules.py`), CPU and memory, then GPUs (report, model, count, health, free capacity, topology).
 The first failing check is the reason; `unresolvable` says whether waiting
 for other pods to leave could ever help.
 """
@@ -26,6 +27,7 @@ from scheduler_plugin.core.filtering import (
     largest_group_count,
 )
 from scheduler_plugin.core.labels import LabelIndex, matches
+from scheduler_plugin.core.noderules import refusal
 from scheduler_plugin.core.records import NodeRecord
 
 #: Unhealthy GPUs named one by one in a reason before the rest are counted.
@@ -79,6 +81,14 @@ def explain(
     label_reason = _labels_reason(labels.labels_of(slot), constraints)
     if label_reason:
         return Reason(label_reason, True)
+    rule = refusal(
+        record.info.rules if record.info else None,
+        constraints.pod.node_needs,
+        pods_on_node=len(record.pods),
+        ports_in_use=record.host_ports(),
+    )
+    if rule is not None:
+        return Reason(rule.text, rule.unresolvable)
     cpu_alloc, cpu_free = int(state.cpu_alloc[slot]), int(state.cpu_free[slot])
     if demand.cpu_milli and cpu_alloc and cpu_free < demand.cpu_milli:
         # More than the node's allocatable can never fit, whatever leaves.

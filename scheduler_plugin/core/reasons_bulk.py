@@ -1,7 +1,7 @@
 """Reasons for many rejected nodes at once.
 
 The extender's filter must say why each of thousands of nodes failed. Most
-fail for a handful of plain reasons (CPU, memory, not enough free GPUs) that
+fail for a handful of plain reasons (CPU, memory, not enough free GPUs, a taint) that
 can be told from array columns, so those are worked out for all nodes in one
 pass; the rest (unknown node, labels, models, health, MIG, topology) go
 through `reasons.explain` one by one. Both paths produce the same words;
@@ -15,8 +15,16 @@ from collections.abc import Callable
 import numpy as np
 
 from scheduler_plugin.core.cluster import ClusterState
-from scheduler_plugin.core.filtering import BoolArray, Constraints, SlotArray
+from scheduler_plugin.core.filtering import (
+    BoolArray,
+    Constraints,
+    SlotArray,
+    node_rules_apply,
+    node_rules_pass,
+    tolerated_sets,
+)
 from scheduler_plugin.core.labels import LabelIndex
+from scheduler_plugin.core.noderules import NodeRules, PodNodeNeeds, refusal, taint_refusal, untolerated
 from scheduler_plugin.core.reasons import Reason, describe_demand, memory_words
 
 #: Bits below a GPU's free core percent when ranking GPUs by (core free, memory free).
@@ -45,6 +53,10 @@ def explain_many(
     simple = state.active[slots].copy()
     if pod.node_selector or pod.affinity_terms:
         simple &= labels.match(slots, selector=pod.node_selector, terms=pod.affinity_terms)
+    if node_rules_apply(state, pod.node_needs):
+        passing = node_rules_pass(state, slots, pod.node_needs)
+        _rule_reasons(state, slots, pod.node_needs, simple & ~passing, reasons)
+        simple &= passing
 
     cpu_alloc = state.cpu_alloc[slots]
     cpu_free = state.cpu_free[slots]
@@ -72,6 +84,35 @@ def explain_many(
         reason if reason is not None else one_by_one(int(slot))
         for reason, slot in zip(reasons, slots, strict=True)
     ]
+
+
+def _rule_reasons(
+    state: ClusterState, slots: SlotArray, needs: PodNodeNeeds, refused: BoolArray, reasons: list[Reason | None]
+) -> None:
+    """Reasons for nodes the node rules refuse: one per distinct taint set, the rest node by node."""
+    tolerated = tolerated_sets(state, needs)
+    by_set: dict[int, Reason] = {}
+    for i in np.flatnonzero(refused).tolist():
+        slot = int(slots[i])
+        taint_set = int(state.taint_set[slot])
+        if not tolerated[taint_set]:
+            reason = by_set.get(taint_set)
+            if reason is None:
+                taint = untolerated(state.taint_sets[taint_set], needs.tolerations)
+                assert taint is not None  # the set is not tolerated
+                why = taint_refusal(taint)
+                reason = by_set[taint_set] = Reason(why.text, why.unresolvable)
+            reasons[i] = reason
+            continue
+        # Tolerated: a host port or the pod count refuses it, with the same words as one by one.
+        rule = refusal(
+            NodeRules(max_pods=int(state.max_pods[slot])),
+            needs,
+            pods_on_node=int(state.pod_count[slot]),
+            ports_in_use=state.host_ports.get(slot, ()),
+        )
+        if rule is not None:
+            reasons[i] = Reason(rule.text, rule.unresolvable)
 
 
 def _gpu_reasons(

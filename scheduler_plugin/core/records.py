@@ -14,6 +14,7 @@ from apis.devices import GPUInfo, MIGInstance, NodeDevices
 from scheduler_plugin.core.api import NodeInfo, NodeName, PodRequest, PodUID
 from scheduler_plugin.core.cluster import ClusterState
 from scheduler_plugin.core.demand import FULL_PERCENT
+from scheduler_plugin.core.noderules import HostPort
 from scheduler_plugin.core.topology import NodeTopology, node_topology
 
 
@@ -110,6 +111,10 @@ class NodeRecord:
         memory = sum(pod.request.memory_bytes for pod in self.pods.values())
         return cpu, memory
 
+    def host_ports(self) -> tuple[HostPort, ...]:
+        """Host ports held by the pods counted on the node (assumed ones included, as kube-scheduler does)."""
+        return tuple(port for pod in self.pods.values() for port in pod.request.node_needs.host_ports)
+
     def dangling_shares(self) -> list[tuple[PodRecord, GPUShare]]:
         """Shares of pods on this node whose GPU (or MIG instance) the node does not report."""
         return [
@@ -187,8 +192,26 @@ def write_node_row(state: ClusterState, record: NodeRecord, slot: int) -> None:
     state.node_mem_free[slot] = sum(mem_free)
     state.node_mem_max[slot] = max(mem_total, default=0)
     state.mixed_models[slot] = len(set(model_id[:count])) > 1
+    _write_node_rules(state, record, slot)
     if any(mig_free):
         state.mig_rows.add(slot)
     else:
         state.mig_rows.discard(slot)
     state.notify_changed(slot)
+
+
+def _write_node_rules(state: ClusterState, record: NodeRecord, slot: int) -> None:
+    rules = record.info.rules if record.info else None
+    if rules is None:
+        state.rules_rows.discard(slot)
+    else:
+        state.rules_rows.add(slot)
+    state.taint_set[slot] = state.taint_set_id(rules.taints) if rules is not None else 0
+    state.max_pods[slot] = rules.max_pods if rules is not None else 0
+    state.pod_count[slot] = len(record.pods)
+    ports = record.host_ports()
+    state.has_host_ports[slot] = bool(ports)
+    if ports:
+        state.host_ports[slot] = ports
+    else:
+        state.host_ports.pop(slot, None)

@@ -186,7 +186,7 @@ def test_the_running_agent_sweeps_its_ledger_on_its_own_with_kubernetes(kube_api
         node_name=NODE,
         report_to_kubernetes=True,
         hook_listen=f"unix://{tmp}/hooks.sock",
-        signing_key=os.path.join(tmp, "no-key"),
+        verifying_keys=os.path.join(tmp, "no-key"),
         metrics_listen="",
         admission_sweep_s=0.05,
         admission_sweep_grace_s=0.0,

@@ -27,6 +27,7 @@ from apis.devices import NodeDevices, from_device_object, from_proto
 from apis.fgpu.v1 import hooks_pb2, hooks_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 from tests.agent.helpers import T4
 from tests.kubeapi import DEVICE_CRD, KubeAPIServer
+from tests.signing_keys import signing_key, write_verifying_keys
 
 NODE = "gpu-node-1"
 DEVICE_PATH = f"/apis/{names.DEVICE_GROUP}/{names.DEVICE_VERSION}/devices/{NODE}"
@@ -71,9 +72,7 @@ def running(kube_api: KubeAPIServer) -> Iterator[Running]:
     kube_api.install_crd(DEVICE_CRD)
     kube_api.put_object("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
     tmp = tempfile.mkdtemp(prefix="fgpu-agent-")
-    key_path = os.path.join(tmp, "signing.key")
-    with open(key_path, "w") as f:
-        f.write("test-key\n")
+    key_path = write_verifying_keys(os.path.join(tmp, "verifying-keys"), signing_key("agent-daemon-test-key"))
     sched_socket = os.path.join(tmp, "sched.sock")
     stand_in = SchedulerStandIn()
     sched_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
@@ -85,7 +84,7 @@ def running(kube_api: KubeAPIServer) -> Iterator[Running]:
     config = AgentConfig(
         node_name=NODE,
         hook_listen=f"unix://{tmp}/hooks.sock",
-        signing_key=key_path,
+        verifying_keys=key_path,
         scheduler=f"unix://{sched_socket}",
         metrics_listen="127.0.0.1:0",
         poll_interval_s=0.05,

@@ -16,8 +16,9 @@ from apis.allocation import Allocation, ContainerShare, GPUShare, encode_allocat
 from apis.devices import ExternalHolder, NodeDevices
 from apis.signing import allocation_annotations
 from tests.agent.helpers import A100_MIG, T4, started_fake
+from tests.signing_keys import signing_key, verifying
 
-KEY = b"cluster-key-for-tests"
+KEY = signing_key("cluster-key-for-tests")
 NODE = "gpu-node-1"
 POD_UID = "6f1c2d3e-4a5b-4c6d-8e7f-8091a2b3c4d5"
 GiB = 2**30
@@ -51,7 +52,7 @@ def _signed(*shares: GPUShare, node: str = NODE, uid: str = POD_UID) -> dict[str
 
 
 def _settings(isolation: Isolation) -> HookSettings:
-    return HookSettings(node_name=NODE, key=KEY, isolation=isolation, paths=IsolationPaths())
+    return HookSettings(node_name=NODE, key=verifying(KEY), isolation=isolation, paths=IsolationPaths())
 
 
 def test_a_pod_without_an_allocation_gets_no_answer() -> None:

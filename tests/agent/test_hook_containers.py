@@ -155,3 +155,28 @@ def test_shared_dirs_are_writable_by_any_user_whatever_the_umask(tmp_path: objec
         os.umask(old)
     mode = stat.S_IMODE(os.stat(path).st_mode)
     assert mode == 0o1777
+
+
+def test_a_memory_only_part_of_a_share_with_compute_is_refused() -> None:
+    gpu = _devices().gpus[0]
+    parts = (ContainerShare("main", 50, 2 * GiB, 25), ContainerShare("mem", 0, GiB, 10))
+    share = GPUShare(gpu.minor, gpu.uuid, 50, 3 * GiB, 35, containers=parts)
+    decision = decide(_request("mem", share), devices=_devices(), settings=_settings(Isolation.HAMI_CORE))
+    assert decision.edits is None and "no compute limit" in decision.rejection
+
+
+def test_hami_core_symbol_lookups_are_pinned_to_the_library_itself() -> None:
+    decision = decide(_request("main", _half_share(), env=(names.HAMI_REDIRECT,)), devices=_devices(),
+                      settings=_settings(Isolation.HAMI_CORE))
+    assert decision.edits is not None
+    assert dict(decision.edits.envs)[names.HAMI_REDIRECT] == "/usr/local/vgpu/libvgpu.so"
+
+
+def test_a_symlink_planted_at_a_shared_dir_is_not_followed(tmp_path: object) -> None:
+    target = os.path.join(str(tmp_path), "kubelet-state")
+    os.makedirs(target, mode=0o700)
+    planted = os.path.join(str(tmp_path), "vgpulock")
+    os.symlink(target, planted)
+    with pytest.raises(OSError):
+        make_shared_dir(planted)
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o700

@@ -23,10 +23,11 @@ from apis import names
 from apis.allocation import Allocation, ContainerShare, GPUShare
 from apis.devices import NodeDevices
 from apis.fgpu.v1 import hooks_pb2, hooks_pb2_grpc
-from apis.signing import SigningKeyError, allocation_annotations
+from apis.signing import SigningKeyError, VerifyingKeys, allocation_annotations
 from tests.agent.helpers import T4, started_fake
+from tests.signing_keys import signing_key, verifying
 
-KEY = b"hook-server-test-key"
+KEY = signing_key("hook-server-test-key")
 NODE = "gpu-node-1"
 UID = "0f1e2d3c-4b5a-4697-8887-a6b5c4d3e2f1"
 
@@ -38,7 +39,7 @@ class Running:
     devices: NodeDevices
     metrics: AgentMetrics
     cache_root: str
-    key: list[bytes]
+    key: list[VerifyingKeys]
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ def running() -> Iterator[Running]:
     devices = discover(nvml, node_name=NODE, topology=InventoryTopology(inventory)).devices
     metrics = AgentMetrics()
     cache_root = os.path.join(tmp, "cache")
-    key = [KEY]
+    key = [verifying(KEY)]
 
     def settings() -> HookSettings:
         if not key:
@@ -174,7 +175,7 @@ def test_a_bare_servicer_starts_with_an_empty_ledger_and_readmits_running_pods()
     nvml, inventory = started_fake(T4)
     devices = discover(nvml, node_name=NODE, topology=InventoryTopology(inventory)).devices
     restarted = GPUHookServicer(
-        devices=lambda: devices, settings=lambda: HookSettings(node_name=NODE, key=KEY, isolation=Isolation.NONE)
+        devices=lambda: devices, settings=lambda: HookSettings(node_name=NODE, key=verifying(KEY), isolation=Isolation.NONE)
     )
     assert restarted.ledger.pods() == {}
     response = restarted.PreCreateContainer(_request(_signed(devices, core=60)), context=None)  # type: ignore[arg-type]

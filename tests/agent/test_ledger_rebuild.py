@@ -30,11 +30,13 @@ from apis import names
 from apis.allocation import Allocation, ContainerShare, GPUShare
 from apis.devices import NodeDevices
 from apis.fgpu.v1 import hooks_pb2, hooks_pb2_grpc
-from apis.signing import SigningKeyError, allocation_annotations
+from apis.signing import SigningKey, SigningKeyError, VerifyingKeys, allocation_annotations
 from tests.agent.helpers import A100_MIG, T4, started_fake
 from tests.kubeapi import KubeAPIServer
+from tests.signing_keys import signing_key, verifying, write_verifying_keys
 
-KEY = b"ledger-rebuild-test-key"
+KEY = signing_key("ledger-rebuild-test-key")
+KEYS = verifying(KEY)
 NODE = "gpu-node-1"
 GiB = 2**30
 
@@ -65,7 +67,7 @@ def _mig_share(devices: NodeDevices, index: int, instance: int) -> GPUShare:
     )
 
 
-def _signed(uid: str, *shares: GPUShare, node: str = NODE, key: bytes = KEY) -> dict[str, str]:
+def _signed(uid: str, *shares: GPUShare, node: str = NODE, key: SigningKey = KEY) -> dict[str, str]:
     return allocation_annotations(key, pod_uid=uid, node_name=node, allocation=Allocation(gpus=shares))
 
 
@@ -110,7 +112,7 @@ CASES = {
         skipped=(("copy", SkipReason.UNVERIFIED),),
     ),
     "an allocation signed with another key is not counted": Case(
-        pods=(PodSeen(uid="a", annotations=_signed("a", SIXTY, key=b"another-cluster")),),
+        pods=(PodSeen(uid="a", annotations=_signed("a", SIXTY, key=signing_key("another-scheduler"))),),
         entries=(),
         skipped=(("a", SkipReason.UNVERIFIED),),
     ),
@@ -165,7 +167,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_restored_admissions(case: Case) -> None:
-    restored = restored_admissions(case.pods, key=KEY, node_name=NODE, devices=case.devices)
+    restored = restored_admissions(case.pods, key=KEYS, node_name=NODE, devices=case.devices)
     assert restored.entries == case.entries
     assert tuple((s.uid, s.reason) for s in restored.skipped) == case.skipped
 
@@ -173,7 +175,7 @@ def test_restored_admissions(case: Case) -> None:
 def test_a_skipped_pod_says_who_and_why() -> None:
     restored = restored_admissions(
         [PodSeen(uid="a", name="ml/trainer-0", annotations=_signed("a", SIXTY, node="gpu-node-2"))],
-        key=KEY, node_name=NODE, devices=T4_DEVICES,
+        key=KEYS, node_name=NODE, devices=T4_DEVICES,
     )
     (skipped,) = restored.skipped
     assert skipped.pod == "ml/trainer-0 (a)"
@@ -202,7 +204,7 @@ class ListedPods:
 
 def _rebuilder(
     source: ListedPods, ledger: AdmissionLedger, metrics: AgentMetrics, *,
-    devices: Callable[[], NodeDevices] = lambda: T4_DEVICES, key: Callable[[], bytes] = lambda: KEY,
+    devices: Callable[[], NodeDevices] = lambda: T4_DEVICES, key: Callable[[], VerifyingKeys] = lambda: KEYS,
 ) -> LedgerRebuilder:
     return LedgerRebuilder(source, ledger=ledger, metrics=metrics, node_name=NODE, key=key, devices=devices)
 
@@ -212,7 +214,8 @@ def test_entries_recorded_by_real_admissions_win_and_nothing_is_released() -> No
     admitted = (Hold(gpu_uuid=GPU0, core_percent=30, memory_bytes=GiB),)
     ledger.record(pod_uid="a", holds=admitted)
     ledger.record(pod_uid="not-listed", holds=admitted)
-    source = ListedPods([PodSeen(uid="a", annotations=_signed("a", SIXTY)), PodSeen(uid="b", annotations=_signed("b", SIXTY))])
+    thirty = _share(T4_DEVICES, 0, core=30)
+    source = ListedPods([PodSeen(uid="a", annotations=_signed("a", thirty)), PodSeen(uid="b", annotations=_signed("b", SIXTY))])
     assert _rebuilder(source, ledger, metrics).rebuild()
     assert ledger.pods() == {"a": admitted, "not-listed": admitted, "b": (Hold(GPU0, 60, 4 * GiB),)}
     assert metrics.registry.get_sample_value("fgpu_agent_admissions_restored_total") == 1
@@ -238,9 +241,9 @@ def test_the_rebuild_waits_for_discovered_gpus_and_a_readable_key_without_listin
     ledger, metrics = AdmissionLedger(), AgentMetrics()
     source = ListedPods([PodSeen(uid="a", annotations=_signed("a", SIXTY))])
     devices = [NodeDevices(node_name=NODE, discovery_error="NVML not initialised yet")]
-    keys: list[bytes] = []
+    keys: list[VerifyingKeys] = []
 
-    def key() -> bytes:
+    def key() -> VerifyingKeys:
         if not keys:
             raise SigningKeyError("allocation signing key file /etc/fgpu/signing.key does not exist")
         return keys[0]
@@ -250,7 +253,7 @@ def test_the_rebuild_waits_for_discovered_gpus_and_a_readable_key_without_listin
     devices[0] = T4_DEVICES
     assert not rebuilder.rebuild()
     assert (source.calls, rebuilder.tried) == (0, False)
-    keys.append(KEY)
+    keys.append(KEYS)
     assert rebuilder.rebuild()
     assert set(ledger.pods()) == {"a"}
 
@@ -299,8 +302,7 @@ def _wait(condition: Callable[[], bool], *, timeout: float = 15.0) -> None:
 def workdir() -> Iterator[str]:
     # Short: a unix socket path must fit in 108 bytes.
     tmp = tempfile.mkdtemp(prefix="fgpu-lrb-")
-    with open(os.path.join(tmp, "signing.key"), "wb") as f:
-        f.write(KEY + b"\n")
+    write_verifying_keys(os.path.join(tmp, "verifying-keys"), KEY)
     yield tmp
     shutil.rmtree(tmp, ignore_errors=True)
 
@@ -310,7 +312,7 @@ def _agent(kube_api: KubeAPIServer, tmp: str, *, sweep_s: float = 60.0) -> Agent
         node_name=NODE,
         report_to_kubernetes=True,
         hook_listen=f"unix://{tmp}/hooks.sock",
-        signing_key=os.path.join(tmp, "signing.key"),
+        verifying_keys=os.path.join(tmp, "verifying-keys"),
         metrics_listen="",
         admission_sweep_s=sweep_s,
         admission_sweep_grace_s=600.0,
@@ -368,7 +370,7 @@ def test_a_restarted_agent_refuses_a_pod_that_would_overcommit_a_gpu_held_by_a_r
         restarted.stop(2)
 
 
-def test_an_api_down_at_start_leaves_the_ledger_empty_until_the_sweep_lists_the_pods(
+def test_while_the_running_pods_cannot_be_listed_gpu_allocations_wait_and_other_pods_do_not(
     kube_api: KubeAPIServer, workdir: str
 ) -> None:
     running = _signed("running", SIXTY)
@@ -382,18 +384,22 @@ def test_an_api_down_at_start_leaves_the_ledger_empty_until_the_sweep_lists_the_
         try:
             assert agent.ledger.pods() == {}
             assert agent.rebuilder is not None and agent.rebuilder.pending
-            # Empty ledger: a pod that overcommits GPU 0 next to `running` goes through...
-            admitted = _signed("admitted", _share(T4_DEVICES, 0, core=50))
-            assert not hook.PreCreateContainer(_request("admitted", admitted), timeout=5).HasField("rejection")
+            # Admitting now could overcommit GPU 0 next to `running`, which nobody has counted yet.
+            overcommit = _signed("overcommit", _share(T4_DEVICES, 0, core=50))
+            waiting = hook.PreCreateContainer(_request("overcommit", overcommit), timeout=5)
+            assert "not yet restored" in waiting.rejection.reason
+            # A pod without GPUs is not held back.
+            plain = hook.PreCreateContainer(_request("plain", {}), timeout=5)
+            assert not plain.HasField("rejection") and not plain.set_envs
             kube_api.resume()
             resumed = True
             _wait(lambda: agent.rebuilder is not None and not agent.rebuilder.pending)
-            # ...and once the API answers, the running pod is counted next to it, the admission kept as it was.
-            assert agent.ledger.pods() == {
-                "running": (Hold(GPU0, 60, 4 * GiB),), "admitted": (Hold(GPU0, 50, 4 * GiB),),
-            }
-            late = hook.PreCreateContainer(_request("late", _signed("late", _share(T4_DEVICES, 0, core=10))), timeout=5)
-            assert "held by 2 pod(s)" in late.rejection.reason
+            assert agent.ledger.pods() == {"running": (Hold(GPU0, 60, 4 * GiB),)}
+            # kubelet's retry: now refused for the right reason, and a pod that fits goes through.
+            retry = hook.PreCreateContainer(_request("overcommit", overcommit), timeout=5)
+            assert "held by 1 pod(s) already admitted on this node (running)" in retry.rejection.reason
+            fits = _signed("fits", _share(T4_DEVICES, 0, core=40))
+            assert not hook.PreCreateContainer(_request("fits", fits), timeout=5).HasField("rejection")
         finally:
             channel.close()
     finally:
@@ -401,3 +407,19 @@ def test_an_api_down_at_start_leaves_the_ledger_empty_until_the_sweep_lists_the_
             kube_api.resume()
         agent.stop(2)
 
+
+def test_of_two_signed_pods_that_overcommit_a_gpu_the_one_with_a_running_container_is_restored() -> None:
+    # The scheduler's view was stale: both carry a valid 60% allocation on one GPU. The hook admitted
+    # the one that runs and refused the other, which waits on the node; only the first holds the GPU.
+    running = PodSeen(uid="z-running", annotations=_signed("z-running", SIXTY), started=True, created="2026-12-01T10:00:05Z")
+    refused = PodSeen(uid="a-refused", annotations=_signed("a-refused", SIXTY), created="2026-12-01T10:00:00Z")
+    decision = restored_admissions([refused, running], key=KEYS, node_name=NODE, devices=T4_DEVICES)
+    assert [uid for uid, _ in decision.entries] == ["z-running"]
+    assert [(s.uid, s.reason) for s in decision.skipped] == [("a-refused", SkipReason.OVERCOMMIT)]
+
+
+def test_without_container_states_the_older_of_two_overcommitting_pods_is_restored() -> None:
+    older = PodSeen(uid="b", annotations=_signed("b", SIXTY), created="00000000000000000100")
+    newer = PodSeen(uid="a", annotations=_signed("a", SIXTY), created="00000000000000000200")
+    decision = restored_admissions([newer, older], key=KEYS, node_name=NODE, devices=T4_DEVICES)
+    assert [uid for uid, _ in decision.entries] == ["b"]

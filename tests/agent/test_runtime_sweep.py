@@ -34,6 +34,7 @@ from tests.agent.helpers import T4, started_fake
 from tests.containerd.fixtures import containerd  # noqa: F401 - a fixture
 from tests.containerd.harness import Containerd
 from tests.runtimeproxy.kubelet import Kubelet, Pod, PodSpec
+from tests.signing_keys import signing_key, write_verifying_keys
 
 NODE = "gpu-node-1"
 GRACE = 120.0
@@ -210,7 +211,7 @@ def test_the_running_agent_without_kubernetes_sweeps_through_the_runtime_and_sur
         report_to_kubernetes=False,
         runtime_endpoint=f"unix://{endpoint}",
         hook_listen=f"unix://{tmp}/hooks.sock",
-        signing_key=os.path.join(tmp, "no-key"),
+        verifying_keys=os.path.join(tmp, "no-key"),
         metrics_listen="",
         admission_sweep_s=0.05,
         admission_sweep_grace_s=0.0,
@@ -239,7 +240,7 @@ def test_the_running_agent_without_kubernetes_sweeps_through_the_runtime_and_sur
 
 # --- the ledger rebuild from the runtime's sandboxes -------------------------------------------------
 
-KEY = b"runtime-rebuild-test-key"
+KEY = signing_key("runtime-rebuild-test-key")
 
 
 def _t4_share(index: int, core: int) -> GPUShare:
@@ -278,14 +279,13 @@ def test_a_restarted_agent_without_kubernetes_counts_the_gpu_shares_of_the_ready
     stopped = pods("held-gpu1", annotations=_signed(_t4_share(1, 100)))
     kubelet.stop_pod(stopped)
     tmp = tempfile.mkdtemp(prefix="fgpu-crirb-")
-    with open(os.path.join(tmp, "signing.key"), "wb") as f:
-        f.write(KEY + b"\n")
+    write_verifying_keys(os.path.join(tmp, "verifying-keys"), KEY)
     config = AgentConfig(
         node_name=NODE,
         report_to_kubernetes=False,
         runtime_endpoint=containerd.address,
         hook_listen=f"unix://{tmp}/hooks.sock",
-        signing_key=os.path.join(tmp, "signing.key"),
+        verifying_keys=os.path.join(tmp, "verifying-keys"),
         metrics_listen="",
         checkpoint_path=os.path.join(tmp, "no-checkpoint"),
         proc_root=os.path.join(tmp, "proc"),

@@ -121,3 +121,13 @@ def test_encoding_refuses_a_container_part_larger_than_the_share() -> None:
     share = GPUShare(0, "GPU-0", 50, GiB, 50, containers=(ContainerShare("a", 60, GiB, 50),))
     with pytest.raises(AllocationError, match="container 'a'"):
         encode_allocation(Allocation(gpus=(share,)))
+
+
+def test_a_memory_only_container_beside_compute_is_refused_since_it_would_run_without_a_compute_cap() -> None:
+    with pytest.raises(SplitError, match="'b' asks for GPU memory only"):
+        split_allocation(Allocation(gpus=(_share(0, 50, 70),)), [_req("a", 50, 50), _req("b", 0, 20)], gpu_memory=MEMORY)
+
+
+def test_memory_only_containers_on_a_memory_only_share_are_split() -> None:
+    split = split_allocation(Allocation(gpus=(_share(0, 0, 50),)), [_req("a", 0, 30), _req("b", 0, 20)], gpu_memory=MEMORY)
+    assert _parts(split) == {"a": [(0, 0, 30)], "b": [(0, 0, 20)]}

@@ -19,12 +19,12 @@ INVALID_BECAUSE = {
     "limits-differ.yaml": "limits must equal requests",
     "memory-and-ratio.yaml": "memory and memory-ratio together are invalid",
     "mixed-styles-across-containers.yaml": "must ask for GPUs in one style",
+    "negative.yaml": "is negative",
     "non-numeric.yaml": "is not a number",
     "percent-150.yaml": "must be a multiple of 100",
     "shared-not-multiple.yaml": "is not a multiple of koordinator.sh/gpu.shared=2",
     "shared-over-100.yaml": "more than 100 per card",
     "vendor-mixed.yaml": "mixed with koordinator resources is invalid",
-    "zero.yaml": "must be positive",
 }
 
 
@@ -53,6 +53,8 @@ VALID_AS = {
     "qgpu-share.yaml": [(1, 40, "qgpu")],
     "training-job.yaml": [],  # a Job: fgpuctl validate reads its template (tests/fgpuctl_validate)
     "volcano-share.yaml": [(1, 50, "volcano")],
+    # A zero is no request, as in Koordinator (utils.go, GetPodDeviceRequests: quotav1.RemoveZeros).
+    "zero.yaml": [None],
 }
 
 

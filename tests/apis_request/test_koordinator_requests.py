@@ -32,6 +32,10 @@ VALID = [
     pytest.param({CORE: 100, RATIO: 100}, share(1, 100, ratio=100, whole=True), id="core-100-ratio-100-is-one-whole-gpu"),
     pytest.param({CORE: 100, MEM: "40Gi"}, share(1, 100, memory=40 * GI), id="full-core-with-bytes-is-not-whole"),
     pytest.param({CORE: 300, MEM: "30Gi"}, share(3, 100, memory=10 * GI), id="core-300-splits-bytes-over-three"),
+    # Koordinator divides and rounds down (devicehandler_gpu.go, calcDesiredRequestsAndCountForGPU).
+    pytest.param({CORE: 300, MEM: "10Gi"}, share(3, 100, memory=10 * GI // 3), id="memory-not-splitting-over-cards-rounds-down"),
+    # Koordinator drops zero quantities (utils.go, GetPodDeviceRequests: quotav1.RemoveZeros).
+    pytest.param({CORE: 0, RATIO: 50}, share(1, 0, ratio=50), id="zero-counts-as-not-written"),
     pytest.param({CORE: 100, RATIO: 50}, share(1, 100, ratio=50), id="full-core-half-memory"),
     pytest.param({CORE: 1, RATIO: 1}, share(1, 1, ratio=1), id="smallest-share"),
     pytest.param({CORE: "1e2", RATIO: "100"}, share(1, 100, ratio=100, whole=True), id="exponent-notation-is-a-quantity"),
@@ -56,15 +60,13 @@ INVALID = [
     pytest.param({CORE: 300, RATIO: 200, SHARED: 2}, [CORE, "=300", "more than 100 per card", "at most 200"],
                  id="shared-over-100-per-card-rejected"),
     pytest.param({SHARED: 2}, [SHARED, "=2", "no share is asked"], id="shared-without-share-rejected"),
-    pytest.param({CORE: 200, RATIO: 50}, [CORE, "=200", "2 card(s)", f"{RATIO}=50", "same number of cards"],
-                 id="core-and-ratio-disagreeing-on-cards-rejected"),
-    pytest.param({CORE: 300, MEM: "10Gi"}, [MEM, "=10Gi", "does not split evenly over 3 cards"],
-                 id="memory-not-splitting-over-cards-rejected"),
+    # Koordinator counts cards from the ratio (calcDesiredRequestsAndCountForGPU): 200% of one card, never placed.
+    pytest.param({CORE: 200, RATIO: 50}, [CORE, "=200", "more than 100 per card", f"{RATIO}=50 spans 1 card(s)", "at most 100"],
+                 id="core-over-the-ratio-cards-rejected"),
     pytest.param({names.KOORD_GPU: 150}, [names.KOORD_GPU, "=150", "multiple of 100"], id="koord-gpu-150-rejected"),
     pytest.param({names.KOORD_GPU: 100, CORE: 50, RATIO: 50}, [names.KOORD_GPU, "=100", "cannot be combined with", CORE],
                  id="whole-gpus-combined-with-share-rejected"),
-    pytest.param({CORE: 0, RATIO: 50}, [CORE, "=0", "must be positive", f"remove {CORE}"], id="zero-rejected"),
-    pytest.param({CORE: "-50", RATIO: 50}, [CORE, "=-50", "must be positive"], id="negative-rejected"),
+    pytest.param({CORE: "-50", RATIO: 50}, [CORE, "=-50", "is negative", "or for 0"], id="negative-rejected"),
     pytest.param({CORE: "0.5", RATIO: 50}, [CORE, "=0.5", "fractional", "whole number"], id="fractional-rejected"),
     pytest.param({CORE: "500m", RATIO: 50}, [CORE, "=500m", "fractional"], id="milli-fraction-rejected"),
     pytest.param({CORE: "half", RATIO: 50}, [CORE, "=half", "not a number", "whole number such as 50"], id="non-numeric-rejected"),
@@ -115,9 +117,11 @@ def test_requests_alone_are_read_like_limits_alone() -> None:
     assert parse_pod(pod(container(requests={CORE: 50, RATIO: 50}))) == parse_pod(limits_pod({CORE: 50, RATIO: 50}))
 
 
-def test_each_container_is_checked_on_its_own_before_the_pod_sums_them() -> None:
+def test_a_container_with_compute_but_no_memory_of_its_own_is_rejected_though_the_sum_is_valid() -> None:
+    # Koordinator checks only the sum (utils.go, GetPodDeviceRequests), which is valid here; fgpu
+    # limits each container to its own part, so "b" would get no GPU memory (docs/translation-rules.md).
     bad = pod(container("a", limits={CORE: 50, MEM: "1Gi"}), container("b", limits={CORE: 50}))
     with pytest.raises(RequestError) as caught:
         parse_pod(bad)
     (message,) = caught.value.errors
-    assert message.startswith('container "b": ') and "core alone" in message
+    assert message.startswith(f'container "b": {CORE}=50: ') and "no GPU memory of its own" in message

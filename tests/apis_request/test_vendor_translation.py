@@ -58,7 +58,7 @@ INVALID = [
     pytest.param({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 150, "nvidia.com/gpumem": 100},
                  ["nvidia.com/gpucores=150", "cannot exceed 100", "more GPUs come from nvidia.com/gpu"], id="hami-cores-over-100"),
     pytest.param({"nvidia.com/gpumem": "4Gi"}, ["nvidia.com/gpumem=4Gi", "counted in Mi", "e.g. 4096"], id="hami-suffixed-mib"),
-    pytest.param({"nvidia.com/gpu": 0}, ["nvidia.com/gpu=0", "must be positive"], id="nvidia-zero"),
+    pytest.param({"nvidia.com/gpu": -1}, ["nvidia.com/gpu=-1", "is negative"], id="nvidia-negative"),
     pytest.param({"nvidia.com/gpu": "1.5"}, ["nvidia.com/gpu=1.5", "fractional"], id="nvidia-fractional"),
     pytest.param({"aliyun.com/gpu-mem": "x"}, ["aliyun.com/gpu-mem=x", "not a number"], id="aliyun-non-numeric"),
     pytest.param({"tke.cloud.tencent.com/qgpu-core": 150, "tke.cloud.tencent.com/qgpu-memory": 4},
@@ -79,6 +79,23 @@ def test_invalid_vendor_requests_name_the_vendor_resource(limits: dict[str, obje
     assert message.startswith('container "main": ')
     for fragment in fragments:
         assert fragment in message
+
+
+ZEROS = [
+    # Koordinator reads nvidia.com/gpu itself and drops zeros (utils.go, GetPodDeviceRequests: quotav1.RemoveZeros).
+    pytest.param({"nvidia.com/gpu": 0}, None, id="nvidia-zero-asks-for-no-gpu"),
+    pytest.param({"nvidia.com/gpu": 0, "nvidia.com/gpumem": 0}, None, id="all-zero-vendor-resources-ask-for-no-gpu"),
+    # A zero vendor amount counts as not written too, so the rule's default applies.
+    pytest.param({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 0, "nvidia.com/gpumem": 1000}, req("hami", 1, 0, memory=1000 * MI),
+                 id="hami-zero-cores-is-the-default-none"),
+    pytest.param({"nvidia.com/gpu": 0, "nvidia.com/gpumem": 1000}, req("hami", 1, 0, memory=1000 * MI),
+                 id="hami-zero-count-is-the-default-one-card"),
+]
+
+
+@pytest.mark.parametrize(("limits", "expected"), ZEROS)
+def test_a_zero_vendor_resource_counts_as_not_written(limits: dict[str, object], expected: DeviceRequest | None) -> None:
+    assert parse_pod(limits_pod(limits)) == expected
 
 
 def test_the_built_in_rules_cover_every_product_the_issue_names() -> None:

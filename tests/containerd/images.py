@@ -38,7 +38,15 @@ BUSYBOX = ImageSpec(ref="fgpu.local/busybox:1")
 #: Stands in for a CUDA base image: those bake NVIDIA_VISIBLE_DEVICES=all into their config.
 CUDA_LIKE = ImageSpec(ref="fgpu.local/cuda-like:1", env=("PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"))
 
-ALL_IMAGES = (PAUSE, BUSYBOX, CUDA_LIKE)
+#: An image whose author baked in every HAMi-core switch that would lift a share's limits. CRI cannot
+#: remove image ENV, so only values the hook pins override these.
+HOSTILE = ImageSpec(ref="fgpu.local/hostile:1", env=(
+    "PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all", "CUDA_DISABLE_CONTROL=true", "CUDA_REDIRECT=/lib/libcuda.so.1",
+    "CUDA_DEVICE_MEMORY_LIMIT=999999m", "CUDA_OVERSUBSCRIBE=true", "GPU_CORE_UTILIZATION_POLICY=disable",
+    "CUDA_VISIBLE_DEVICES=1,0",
+))
+
+ALL_IMAGES = (PAUSE, BUSYBOX, CUDA_LIKE, HOSTILE)
 
 
 def find_busybox() -> str:

@@ -25,8 +25,9 @@ import pytest
 import yaml
 
 from apis import names
+from apis.keyfiles import load_key
 from apis.quantity import parse_quantity
-from apis.signing import load_key
+from apis.signing import SigningKey
 from hack.localup import cri, podrun
 from hack.localup.placing import Placement, SchedulerClient, Unschedulable
 from hack.localup.report import ContainerState
@@ -130,7 +131,8 @@ class Node:
 
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
-        self.scheduler = SchedulerClient(stack.scheduler_address)
+        # Annotations come from the scheduler's record of the bound pod (no RPC answer carries them).
+        self.scheduler = SchedulerClient(stack.scheduler_address, bound_pod=stack.bound_pod)
         self.kubelet = cri.Kubelet(stack.proxy_address)
         self._runs: list[podrun.PodRun] = []
         self._bound: list[dict[str, Any]] = []
@@ -139,7 +141,7 @@ class Node:
     def isolation(self) -> str:
         return self.stack.settings.isolation
 
-    def signing_key(self) -> bytes:
+    def signing_key(self) -> SigningKey:
         return load_key(self.stack.paths.signing_key)
 
     def schedule(self, spec: Mapping[str, Any]) -> Scheduled:

@@ -100,8 +100,22 @@ def test_a_pod_cannot_set_its_own_isolation_variables(nodes: Callable[..., Node]
         assert mps == mps_vars(dict(reference.env)), describe(forged_run)
 
 
+def test_a_share_in_an_image_that_bakes_in_hamis_off_switches_gets_them_pinned_back(hami: Node) -> None:
+    pod_run = hami.run(pod("hostile-image", [container("main", core=50, ratio=50, image="fgpu.local/hostile:1")]))
+    main = pod_run.container("main")
+    assert main.succeeded, describe(pod_run)
+    env = dict(main.env)
+    assert env[names.HAMI_DISABLE_CONTROL] == "false", describe(pod_run)
+    assert env[names.HAMI_REDIRECT] == "/usr/local/vgpu/libvgpu.so", describe(pod_run)
+    assert env[names.HAMI_MEMORY_LIMIT] == f"{share_mib(50)}m", describe(pod_run)
+    assert env[names.HAMI_OVERSUBSCRIBE] == "false", describe(pod_run)
+    assert env[names.HAMI_CORE_POLICY] == "default", describe(pod_run)
+    assert env[names.CUDA_VISIBLE_DEVICES] == "0", describe(pod_run)
+    assert env[names.NVIDIA_VISIBLE_DEVICES].startswith("GPU-"), describe(pod_run)
+
+
 def test_a_non_root_container_can_write_its_hami_cache_and_the_lock_dir(hami: Node) -> None:
-    lock_dir = hami.stack.isolation_paths()["hamiLockDir"]  # mounted at the same path in the container
+    lock_dir = "/tmp/vgpulock"  # where HAMi-core looks; the host's hamiLockDir is mounted there
     script = (
         'echo "E2E_UID=$(id -u)"; env; '
         'echo x > "$CUDA_DEVICE_MEMORY_SHARED_CACHE" && echo x > "$E2E_LOCK_DIR/e2e-$E2E_POD_UID.lock"'
@@ -117,6 +131,6 @@ def test_a_non_root_container_can_write_its_hami_cache_and_the_lock_dir(hami: No
     assert main.env.get("E2E_UID") == "1000", describe(pod_run)
     assert main.env[names.FGPU_ISOLATION] == "hami-core", describe(pod_run)
     assert main.succeeded, describe(pod_run)
-    lock = os.path.join(lock_dir, f"e2e-{pod_run.uid}.lock")
+    lock = os.path.join(hami.stack.isolation_paths()["hamiLockDir"], f"e2e-{pod_run.uid}.lock")
     assert os.stat(lock).st_uid == 1000
     os.unlink(lock)

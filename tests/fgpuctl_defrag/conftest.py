@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-KEY = b"defrag-test-key"
+from tests.signing_keys import signing_key, write_signing_key
+
+KEY = signing_key("defrag-test-key")
 
 
 @pytest.fixture
 def key_file(tmp_path: Path) -> str:
-    path = tmp_path / "signing-key"
-    path.write_bytes(KEY + b"\n")
-    return str(path)
+    return write_signing_key(str(tmp_path / "signing-key"), KEY)

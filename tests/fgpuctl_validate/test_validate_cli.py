@@ -110,7 +110,7 @@ def test_custom_rules_are_used_and_bad_rules_exit_2(tmp_path: Path, capsys: pyte
 
 
 def test_the_console_command_reads_stdin_in_a_real_process() -> None:
-    manifest = (EXAMPLES / "valid" / "hami-share.yaml").read_text() + "---\n" + (EXAMPLES / "invalid" / "zero.yaml").read_text()
+    manifest = (EXAMPLES / "valid" / "hami-share.yaml").read_text() + "---\n" + (EXAMPLES / "invalid" / "negative.yaml").read_text()
     done = subprocess.run(
         [sys.executable, "-m", "fgpuctl.main", "validate", "-f", "-"], input=manifest, capture_output=True, text=True,
         timeout=60, check=False,
@@ -118,4 +118,4 @@ def test_the_console_command_reads_stdin_in_a_real_process() -> None:
     assert done.returncode == 1, done.stderr
     first, second = (json.loads(line) for line in done.stdout.splitlines())
     assert first["pod"] == "ml/hami-share" and first["valid"] is True
-    assert second["pod"] == "ml/zero" and second["valid"] is False
+    assert second["pod"] == "ml/negative" and second["valid"] is False

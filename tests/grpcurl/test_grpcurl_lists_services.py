@@ -102,3 +102,12 @@ def test_grpcurl_health_check_reports_serving(server: str) -> None:
     )
 
     assert '"status": "SERVING"' in answer
+
+
+def test_grpcurl_shows_that_an_allocation_answer_carries_no_signature(server: str) -> None:
+    # Reserve and Bind answer with the GPUs only; the signed annotation is found on the pod alone.
+    described = grpcurl(server, "describe", "fgpu.v1.NodeAllocation")
+
+    assert "repeated .fgpu.v1.GPUAllocation gpus" in described
+    assert "string signature" not in described and "string annotation" not in described
+    assert 'reserved "annotation", "signature"' in described  # the numbers stay taken: no old client misreads

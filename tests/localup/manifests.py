@@ -51,12 +51,14 @@ def all_docs() -> tuple[Doc, ...]:
 
 
 def base_docs() -> tuple[Doc, ...]:
-    """What `kubectl apply -f hack/deploy/crds/ -f hack/deploy/` installs (templates and extender mode are extra)."""
+    """What `kubectl apply -f hack/deploy/crds/ -f hack/deploy/` installs: the default deployment,
+    kube-scheduler with fgpu-scheduler as its extender (templates and standalone mode are extra)."""
     return tuple(d for d in all_docs() if d.path.parent in (DEPLOY, DEPLOY / "crds"))
 
 
-def extender_docs() -> tuple[Doc, ...]:
-    return tuple(d for d in all_docs() if d.path.parent == DEPLOY / "kube-scheduler")
+def standalone_docs() -> tuple[Doc, ...]:
+    """hack/deploy/standalone/: applied after the base, it replaces the scheduler's config and Deployment."""
+    return tuple(d for d in all_docs() if d.path.parent == DEPLOY / "standalone")
 
 
 def find(kind: str, name: str, *, docs: tuple[Doc, ...] | None = None) -> dict[str, Any]:

@@ -39,12 +39,13 @@ from tests.localup.manifests import (
     REPO,
     Doc,
     all_docs,
+    base_docs,
     container,
     embedded_yaml,
-    extender_docs,
     find,
     mount_path_of,
     pod_spec,
+    standalone_docs,
     volume,
 )
 
@@ -72,14 +73,22 @@ def test_the_manifests_hold_every_deploy_artifact_the_issue_asks_for() -> None:
         ("Deployment", "fgpu-scheduler"),
         ("ConfigMap", "fgpu-kube-scheduler-config"),
         ("ConfigMap", "fgpu-translation-rules"),
-        ("Secret", "fgpu-signing-key"),
+        ("Secret", names.SIGNING_KEY_SECRET),
+        ("ConfigMap", names.VERIFYING_KEYS_CONFIGMAP),
+        ("ValidatingAdmissionPolicy", "fgpu-scheduler-owns-allocations"),
+        ("ValidatingAdmissionPolicyBinding", "fgpu-scheduler-owns-allocations"),
     ]:
         assert wanted in kinds, f"{wanted[0]}/{wanted[1]} missing from hack/deploy"
 
 
 def _kube_scheduler_config() -> dict[str, Any]:
-    config: dict[str, Any] = embedded_yaml("ConfigMap", "fgpu-kube-scheduler-config", "config.yaml", docs=extender_docs())
+    config: dict[str, Any] = embedded_yaml("ConfigMap", "fgpu-kube-scheduler-config", "config.yaml")
     return config
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.removeprefix("http://").rpartition(":")
+    return host, int(port)
 
 
 def test_the_kube_scheduler_configuration_matches_the_v1_schema() -> None:
@@ -102,16 +111,40 @@ def test_the_extender_lives_in_its_own_profile_named_for_the_fgpu_scheduler() ->
     assert "default-scheduler" not in json.dumps(config["profiles"])
 
 
-def test_the_extender_points_at_the_scheduler_service_and_the_verbs_it_serves() -> None:
+def test_the_default_deployment_is_kube_scheduler_with_fgpu_scheduler_as_its_extender_in_one_pod() -> None:
+    deployment = find("Deployment", "fgpu-scheduler")
+    assert [c["name"] for c in pod_spec(deployment)["containers"]] == ["kube-scheduler", "scheduler"]
+    kube_scheduler = container(deployment, "kube-scheduler")
+    config_dir = mount_path_of(deployment, "kube-scheduler", "kube-scheduler-config")
+    assert f"--config={config_dir}/config.yaml" in kube_scheduler["command"]
+    assert volume(deployment, "kube-scheduler-config")["configMap"]["name"] == "fgpu-kube-scheduler-config"
+    fgpu = scheduler_config.from_mapping(embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml"))
+    # kube-scheduler binds through the extender's bind verb; fgpu-scheduler must not bind on its own.
+    assert fgpu.standalone is False
+
+
+def test_the_extender_is_reached_over_loopback_inside_the_pod_with_the_verbs_it_serves() -> None:
     (extender,) = _kube_scheduler_config()["extenders"]
-    service = find("Service", "fgpu-scheduler")
-    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "extender")
-    assert extender["urlPrefix"] == f"http://fgpu-scheduler.{NAMESPACE}.svc:{port}"
+    fgpu = embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml")
+    assert extender["urlPrefix"] == f"http://{fgpu['extenderListen']}"
+    assert _host_port(extender["urlPrefix"]) == ("127.0.0.1", 9444)
+    assert extender["enableHTTPS"] is False  # loopback only: nothing outside the pod can connect
     assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == ("filter", "prioritize", "bind")
     # The scheduler answers with NodeNames only when kube-scheduler sends them.
     assert extender["nodeCacheCapable"] is True
-    extender_mode = embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml", docs=extender_docs())
-    assert extender_mode["extenderListen"].endswith(f":{port}")
+
+
+@pytest.mark.parametrize("docs", [None, standalone_docs()], ids=["extender-mode", "standalone"])
+def test_grpc_and_the_extender_listen_on_loopback_and_only_metrics_face_the_network(docs: tuple[Doc, ...] | None) -> None:
+    raw = embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml", docs=docs)
+    assert _host_port(raw["grpcListen"])[0] == "127.0.0.1"
+    assert "extenderListen" not in raw or _host_port(raw["extenderListen"])[0] == "127.0.0.1"
+    deployment = find("Deployment", "fgpu-scheduler", docs=docs)
+    ports = container(deployment, "scheduler")["ports"]
+    assert [(p["name"], p["containerPort"]) for p in ports] == [("metrics", _host_port(raw["metricsListen"])[1])]
+    for probe in ("readinessProbe", "livenessProbe"):
+        # kubelet probes the pod IP: a loopback listener would be out of its reach.
+        assert container(deployment, "scheduler")[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
 
 
 def test_the_extender_manages_every_resource_fgpu_understands() -> None:
@@ -124,28 +157,51 @@ def test_the_extender_manages_every_resource_fgpu_understands() -> None:
     assert all(r["ignoredByScheduler"] for r in extender["managedResources"])
 
 
-def test_the_second_kube_scheduler_elects_a_leader_on_a_lease_its_role_grants() -> None:
+def _bound_to(account: str, role_kind: str, role_name: str) -> bool:
+    bindings = [d.obj for d in all_docs() if d.kind in ("RoleBinding", "ClusterRoleBinding")]
+    return any(
+        b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role_name}
+        and {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE} in b["subjects"]
+        for b in bindings
+    )
+
+
+def test_the_pods_one_service_account_holds_kube_schedulers_permissions_too() -> None:
+    account = pod_spec(find("Deployment", "fgpu-scheduler"))["serviceAccountName"]
+    assert _bound_to(account, "ClusterRole", "fgpu-scheduler")
+    assert _bound_to(account, "ClusterRole", "system:kube-scheduler")
+    assert _bound_to(account, "ClusterRole", "system:volume-scheduler")
+    assert _bound_to(account, "Role", "extension-apiserver-authentication-reader")
+
+
+def test_the_kube_scheduler_elects_a_leader_on_a_lease_its_role_grants() -> None:
     election = _kube_scheduler_config()["leaderElection"]
-    role = find("Role", "fgpu-kube-scheduler-leader-election", docs=extender_docs())
+    role = find("Role", "fgpu-kube-scheduler-leader-election")
     assert election["resourceNamespace"] == role["metadata"]["namespace"]
     assert any(election["resourceName"] in r.get("resourceNames", []) for r in role["rules"])
+    account = pod_spec(find("Deployment", "fgpu-scheduler"))["serviceAccountName"]
+    assert _bound_to(account, "Role", "fgpu-kube-scheduler-leader-election")
 
 
-@pytest.mark.parametrize("docs", [None, extender_docs()], ids=["standalone", "extender-mode"])
+@pytest.mark.parametrize("docs", [None, standalone_docs()], ids=["extender-mode", "standalone"])
 def test_the_scheduler_config_loads_with_the_schedulers_own_loader(docs: tuple[Doc, ...] | None) -> None:
     raw = embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml", docs=docs)
     config = scheduler_config.from_mapping(raw, where="fgpu-scheduler-config")
+    scheduler_config.validate(config)
     assert config.state is scheduler_config.StateBackend.KUBERNETES
-    deployment = find("Deployment", "fgpu-scheduler")
+    deployment = find("Deployment", "fgpu-scheduler", docs=docs)
     assert config.signing_key.startswith(mount_path_of(deployment, "scheduler", "signing-key") + "/")
     assert config.translation_rules.startswith(mount_path_of(deployment, "scheduler", "rules") + "/")
+    assert volume(deployment, "config")["configMap"]["name"] == "fgpu-scheduler-config"
 
 
 def test_the_standalone_scheduler_elects_a_leader_on_the_lease_its_role_grants() -> None:
-    raw = embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml")
+    raw = embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml", docs=standalone_docs())
     config = scheduler_config.from_mapping(raw)
     assert config.standalone and config.leader_election.enabled
-    assert find("Deployment", "fgpu-scheduler")["spec"]["replicas"] >= 2
+    deployment = find("Deployment", "fgpu-scheduler", docs=standalone_docs())
+    assert deployment["spec"]["replicas"] >= 2
+    assert [c["name"] for c in pod_spec(deployment)["containers"]] == ["scheduler"]
     role = find("Role", "fgpu-scheduler-leader-election")
     assert role["metadata"]["namespace"] == config.leader_election.namespace
     granted = {verb for r in role["rules"] if config.leader_election.lease_name in r.get("resourceNames", []) for verb in r["verbs"]}
@@ -153,9 +209,19 @@ def test_the_standalone_scheduler_elects_a_leader_on_the_lease_its_role_grants()
     assert any(r.get("verbs") == ["create"] and not r.get("resourceNames") for r in role["rules"])
 
 
-def test_extender_mode_runs_one_scheduler_that_does_not_bind_on_its_own() -> None:
-    raw = embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml", docs=extender_docs())
-    assert scheduler_config.from_mapping(raw).standalone is False
+def test_extender_mode_runs_one_scheduler_pod_whose_rollout_never_overlaps() -> None:
+    deployment = find("Deployment", "fgpu-scheduler")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+
+
+def test_standalone_replaces_exactly_the_scheduler_config_and_deployment_by_name() -> None:
+    assert {(d.kind, d.namespace, d.name) for d in standalone_docs()} == {
+        ("ConfigMap", NAMESPACE, "fgpu-scheduler-config"),
+        ("Deployment", NAMESPACE, "fgpu-scheduler"),
+    }
+    base = {(d.kind, d.namespace, d.name) for d in base_docs()}
+    assert all((d.kind, d.namespace, d.name) in base for d in standalone_docs())
 
 
 def test_the_agent_config_loads_with_the_agents_own_loader_and_its_paths_are_mounted() -> None:
@@ -169,7 +235,11 @@ def test_the_agent_config_loads_with_the_agents_own_loader_and_its_paths_are_mou
     checkpoint_dir = mount_path_of(agent, "agent", "device-plugins")
     assert Path(config.checkpoint_path).parent.as_posix() == checkpoint_dir
     assert volume(agent, "device-plugins")["hostPath"]["path"] == checkpoint_dir
-    assert config.signing_key.startswith(mount_path_of(agent, "agent", "signing-key") + "/")
+    assert config.verifying_keys == mount_path_of(agent, "agent", "verifying-keys")
+    assert volume(agent, "verifying-keys")["configMap"]["name"] == names.VERIFYING_KEYS_CONFIGMAP
+    assert config.legacy_signing_key.startswith(mount_path_of(agent, "agent", "legacy-signing-key") + "/")
+    legacy = volume(agent, "legacy-signing-key")["secret"]
+    assert (legacy["secretName"], legacy["optional"]) == (names.LEGACY_SIGNING_KEY_SECRET, True)
     # The agent creates these on the host for GPU containers, so it sees them at their host path.
     for name, path in (("hami-cache", config.isolation_paths.hami_cache_root), ("hami-lock", config.isolation_paths.hami_lock_dir)):
         assert mount_path_of(agent, "agent", name) == path == volume(agent, name)["hostPath"]["path"]
@@ -270,7 +340,7 @@ def test_every_account_config_map_and_secret_a_workload_uses_is_shipped(workload
     for vol in spec.get("volumes", []):
         if "configMap" in vol:
             assert ("ConfigMap", workload.namespace, vol["configMap"]["name"]) in shipped
-        if "secret" in vol:
+        if "secret" in vol and not vol["secret"].get("optional"):  # an optional one may rightly be absent
             assert ("Secret", workload.namespace, vol["secret"]["secretName"]) in shipped
 
 
@@ -293,21 +363,27 @@ def test_namespaced_objects_live_in_the_fgpu_namespace() -> None:
             assert doc.namespace == NAMESPACE, doc.id
 
 
+def test_no_node_mounts_the_private_signing_key() -> None:
+    for doc in all_docs():
+        if doc.kind == "DaemonSet":
+            secrets = {v["secret"]["secretName"] for v in pod_spec(doc.obj).get("volumes", []) if "secret" in v}
+            assert names.SIGNING_KEY_SECRET not in secrets, doc.id
+
+
 def test_the_signing_key_template_carries_no_key() -> None:
-    secret = find("Secret", "fgpu-signing-key", docs=all_docs())
+    secret = find("Secret", names.SIGNING_KEY_SECRET, docs=all_docs())
     values = list((secret.get("stringData") or {}).values()) + list((secret.get("data") or {}).values())
     assert values == [""]
 
 
-def test_service_ports_point_at_named_container_ports_that_the_config_listens_on() -> None:
+def test_the_service_and_network_policy_expose_only_the_metrics_port() -> None:
     service = find("Service", "fgpu-scheduler")
-    deployment = find("Deployment", "fgpu-scheduler")
-    ports = {p["name"]: p["containerPort"] for p in container(deployment, "scheduler")["ports"]}
+    assert [(p["name"], p["targetPort"]) for p in service["spec"]["ports"]] == [("metrics", "metrics")]
+    policy = find("NetworkPolicy", "fgpu-scheduler")
+    assert [port for rule in policy["spec"]["ingress"] for port in rule["ports"]] == [{"port": "metrics", "protocol": "TCP"}]
     config = embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml")
-    listens = {"grpc": config["grpcListen"], "extender": config["extenderListen"], "metrics": config["metricsListen"]}
-    for port in service["spec"]["ports"]:
-        assert port["targetPort"] in ports
-        assert listens[port["targetPort"]].endswith(f":{ports[port['targetPort']]}")
+    ports = {p["name"]: p["containerPort"] for p in container(find("Deployment", "fgpu-scheduler"), "scheduler")["ports"]}
+    assert config["metricsListen"] == f"0.0.0.0:{ports['metrics']}"
 
 
 def test_the_device_the_agent_prints_fits_the_crd_schema() -> None:

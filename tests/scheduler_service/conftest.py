@@ -8,15 +8,14 @@ import pytest
 from scheduler_plugin.backend_embedded import EmbeddedBackend
 from scheduler_plugin.core.scheduler import Scheduler
 from scheduler_plugin.scheduling import SchedulingService
+from tests.signing_keys import signing_key, write_signing_key
 
-KEY = b"test-cluster-key"
+KEY = signing_key("test-cluster-key")
 
 
 @pytest.fixture
 def key_file(tmp_path: Path) -> str:
-    path = tmp_path / "signing-key"
-    path.write_bytes(KEY + b"\n")
-    return str(path)
+    return write_signing_key(str(tmp_path / "signing-key"), KEY)
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ def test_a_single_gpu_container_is_named_for_every_share_it_gets(embedded_servic
 
     signed = service.bind(p, "n1")
 
-    allocation = verify_pod_annotations(KEY, pod_uid=p["metadata"]["uid"], node_name="n1", annotations=signed.annotations)
+    allocation = verify_pod_annotations(KEY.verifying_keys(), pod_uid=p["metadata"]["uid"], node_name="n1", annotations=signed.annotations)
     assert allocation is not None
     (share,) = allocation.gpus
     assert [(c.name, c.core_percent, c.memory_bytes) for c in share.containers] == [("main", 50, 10 * 2**30)]
@@ -64,12 +64,32 @@ def test_two_gpu_containers_get_their_own_parts_and_a_sidecar_none(embedded_serv
     assert parts == {"a": (30, 80 * 2**30 * 30 // 100), "b": (20, 80 * 2**30 * 20 // 100)}
 
 
-def test_a_pod_whose_containers_cannot_share_its_cards_is_refused_with_the_container(embedded_service: Build) -> None:
+def test_containers_whose_own_requests_cannot_share_the_cards_each_get_an_even_part_of_every_card(
+    embedded_service: Build,
+) -> None:
     service = embedded_service()
     service.report_devices(gpu_node("n1", gpus=2))
     p = _two_containers(("100", "100"), ("100", "100"))
-    # "a" asks for half of each of two cards; the pod's sum is two whole cards, and "b" needs one of
-    # them whole, which the halves already taken leave to no one.
+    # "a" asks for half of each of two cards and "b" for one whole card: alone they do not fit the pod's
+    # two whole cards together. Koordinator accepts the pod (it checks only the sum), so fgpu gives each
+    # container its own amounts spread evenly over all the pod's cards (apis/request.py, container_requests).
     p["spec"]["containers"][1]["resources"]["limits"][names.GPU_SHARED] = "2"  # type: ignore[index]
-    with pytest.raises(InvalidRequest, match="container 'b'"):
-        service.bind(p, "n1")
+
+    signed = service.bind(p, "n1")
+
+    assert len(signed.allocation.gpus) == 2
+    for share in signed.allocation.gpus:
+        assert {c.name: (c.core_percent, c.memory_ratio_percent) for c in share.containers} == {"a": (50, 50), "b": (50, 50)}
+
+
+def test_a_pod_whose_allocation_cannot_be_written_keeps_nothing_reserved(embedded_service: Build) -> None:
+    service = embedded_service()
+    service.report_devices(gpu_node("n1", gpus=1, memory_gib=80))
+    # Two containers of one name (the API server would refuse it; a gRPC caller need not).
+    twins = _two_containers(("30", "30"), ("20", "20"))
+    for c in twins["spec"]["containers"]:  # type: ignore[index]
+        c["name"] = "same"
+    with pytest.raises(InvalidRequest, match="listed twice"):
+        service.bind(twins, "n1")
+    # The card is whole again: a pod asking for all of it still fits.
+    assert service.bind(share_pod("after", core=100, memory="80Gi"), "n1").allocation.gpus

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from scheduler_plugin import config as scheduler_config
-from tests.localup.manifests import Doc, embedded_yaml, extender_docs, find
+from tests.localup.manifests import Doc, embedded_yaml, find, standalone_docs
 
 
-@pytest.mark.parametrize("docs", [None, extender_docs()], ids=["standalone", "extender-mode"])
+@pytest.mark.parametrize("docs", [None, standalone_docs()], ids=["extender-mode", "standalone"])
 def test_every_shipped_scheduler_config_elects_on_a_lease_the_schedulers_role_grants(
     docs: tuple[Doc, ...] | None,
 ) -> None:
@@ -21,3 +21,13 @@ def test_every_shipped_scheduler_config_elects_on_a_lease_the_schedulers_role_gr
     assert role["metadata"]["namespace"] == election.namespace
     granted = {verb for rule in role["rules"] if election.lease_name in rule.get("resourceNames", []) for verb in rule["verbs"]}
     assert {"get", "update"} <= granted
+
+
+def test_the_default_deployment_is_the_kube_scheduler_extender_not_standalone() -> None:
+    default = scheduler_config.from_mapping(embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml"))
+    standalone = scheduler_config.from_mapping(
+        embedded_yaml("ConfigMap", "fgpu-scheduler-config", "scheduler.yaml", docs=standalone_docs())
+    )
+
+    assert default.standalone is False and default.extender_listen == "127.0.0.1:9444"
+    assert standalone.standalone is True

@@ -26,7 +26,7 @@ def test_bind_writes_a_signed_allocation_the_agent_accepts(embedded_service: Bui
 
     signed = service.bind(pod, "n1")
 
-    allocation = verify_pod_annotations(KEY, pod_uid=pod["metadata"]["uid"], node_name="n1", annotations=signed.annotations)
+    allocation = verify_pod_annotations(KEY.verifying_keys(), pod_uid=pod["metadata"]["uid"], node_name="n1", annotations=signed.annotations)
     assert allocation == signed.allocation
     assert [(g.core_percent, g.memory_bytes) for g in allocation.gpus] == [(50, 10 * 1024**3)]
     assert signed.annotations[names.ALLOCATION_NODE] == "n1"

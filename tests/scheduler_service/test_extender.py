@@ -180,7 +180,7 @@ def test_bind_writes_the_signed_allocation_then_binds(extender: tuple[SchedulerA
     stored = cluster.get_pod(kube_api, "infer-7d9f8b6c5-x2x4q", "ml")
     assert stored["spec"]["nodeName"] == "gpu-h100-0"
     allocation = verify_pod_annotations(
-        KEY, pod_uid=stored["metadata"]["uid"], node_name="gpu-h100-0", annotations=stored["metadata"]["annotations"]
+        KEY.verifying_keys(), pod_uid=stored["metadata"]["uid"], node_name="gpu-h100-0", annotations=stored["metadata"]["annotations"]
     )
     assert allocation is not None and [g.core_percent for g in allocation.gpus] == [50]
     assert post(f"{url}/bind", fixture("bind.json")) == {"Error": ""}
@@ -241,3 +241,45 @@ def test_health_and_metrics_are_served_beside_the_verbs(extender: tuple[Schedule
     with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
         text = response.read().decode()
     assert 'fgpu_scheduler_phase_duration_seconds_count{phase="filter"}' in text
+
+
+def forged_filter_args(*, core: str = "100", uid: str = "") -> dict[str, Any]:
+    """Filter args whose Pod claims the name of the API's pod but asks for other things."""
+    args = fixture("filter-nodecachecapable.json")
+    resources = args["Pod"]["spec"]["containers"][0]["resources"]
+    for kind in ("requests", "limits"):
+        resources[kind][names.GPU_CORE] = core
+        resources[kind][names.GPU_MEMORY_RATIO] = core
+    if uid:
+        args["Pod"]["metadata"]["uid"] = uid
+    return args
+
+
+def test_bind_signs_the_pod_as_the_api_has_it_not_the_one_filter_carried(
+    extender: tuple[SchedulerApp, str], kube_api: KubeAPIServer
+) -> None:
+    # Whoever can call filter must not choose what gets signed for a pod it only names.
+    _, url = extender
+    post(f"{url}/filter", forged_filter_args(core="100"))
+
+    assert post(f"{url}/bind", fixture("bind.json")) == {"Error": ""}
+
+    stored = cluster.get_pod(kube_api, "infer-7d9f8b6c5-x2x4q", "ml")
+    allocation = verify_pod_annotations(
+        KEY.verifying_keys(), pod_uid=stored["metadata"]["uid"], node_name="gpu-h100-0", annotations=stored["metadata"]["annotations"]
+    )
+    assert allocation is not None and [g.core_percent for g in allocation.gpus] == [50]
+
+
+def test_bind_of_a_uid_the_api_pod_does_not_have_is_refused_even_after_a_filter_of_it(
+    extender: tuple[SchedulerApp, str], kube_api: KubeAPIServer
+) -> None:
+    _, url = extender
+    post(f"{url}/filter", forged_filter_args(core="50", uid="forged-uid"))
+
+    result = post(f"{url}/bind", fixture("bind.json") | {"PodUID": "forged-uid"})
+
+    assert "recreated" in result["Error"] and "forged-uid" in result["Error"]
+    stored = cluster.get_pod(kube_api, "infer-7d9f8b6c5-x2x4q", "ml")
+    assert not stored["spec"].get("nodeName")
+    assert names.DEVICE_ALLOCATED not in (stored["metadata"].get("annotations") or {})

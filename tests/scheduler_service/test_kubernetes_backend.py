@@ -40,7 +40,7 @@ def test_bind_annotates_then_binds_the_pod_through_the_api(kube_api: KubeAPIServ
 
     stored = cluster.get_pod(kube_api, "p")
     assert stored["spec"]["nodeName"] == "n1"
-    allocation = verify_pod_annotations(KEY, pod_uid=pod["metadata"]["uid"], node_name="n1", annotations=stored["metadata"]["annotations"])
+    allocation = verify_pod_annotations(KEY.verifying_keys(), pod_uid=pod["metadata"]["uid"], node_name="n1", annotations=stored["metadata"]["annotations"])
     assert allocation == signed.allocation
 
 
@@ -80,7 +80,7 @@ def test_a_finished_pod_frees_its_gpu(kube_api: KubeAPIServer, key_file: str, ap
     app.service.bind(cluster.add_pod(kube_api, whole_pod("next")), "n1")
 
 
-def test_a_failed_binding_call_rolls_back_the_annotation_and_the_reservation(
+def test_a_failed_binding_call_writes_nothing_and_releases_the_reservation(
     kube_api: KubeAPIServer, key_file: str, apps: list[SchedulerApp]
 ) -> None:
     cluster.install(kube_api)
@@ -90,7 +90,7 @@ def test_a_failed_binding_call_rolls_back_the_annotation_and_the_reservation(
     assert app.service is not None
     kube_api.fail_next(1, status=500, path_contains="/binding")
 
-    with pytest.raises(BindFailed, match="annotations were removed"):
+    with pytest.raises(BindFailed, match="nothing was written"):
         app.service.bind(pod, "n1")
 
     stored = cluster.get_pod(kube_api, "p")

@@ -2,6 +2,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
+from scheduler_plugin.errors import NotLeader
 from scheduler_plugin.kube import Kube
 from scheduler_plugin.leader import LeaderElector, LeaseRecord, may_take, next_record
 from tests.kubeapi.server import KubeAPIServer
@@ -50,3 +53,30 @@ def test_two_candidates_never_both_hold_the_lease(kube_api: KubeAPIServer) -> No
     lease = kube.get_lease(namespace="kube-system", name="fgpu-scheduler")
     assert lease is not None and lease["spec"]["holderIdentity"] == "b" and lease["spec"]["leaseTransitions"] == 1
     kube.close()
+
+
+def test_a_started_elector_fences_pod_writes_through_its_kube_until_it_stops_leading(kube_api: KubeAPIServer) -> None:
+    pod = kube_api.put_object(
+        "/api/v1/namespaces/default/pods",
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+    )
+    kube = Kube.connect(kubeconfig=kube_api.kubeconfig_path)
+    now = [0.0]
+    elector = LeaderElector(
+        kube=kube, namespace="kube-system", name="fgpu-scheduler", identity="a",
+        lease_duration_s=10.0, renew_deadline_s=6.0, retry_period_s=3600.0, clock=lambda: now[0],
+    )
+    elector.start()
+    try:
+        kube.patch_pod_metadata(namespace="default", name="p", metadata={"labels": {"leading": "yes"}})
+        now[0] = 6.5  # not renewed within the renew deadline: a standby may soon take the lease
+
+        with pytest.raises(NotLeader, match="a does not hold lease kube-system/fgpu-scheduler"):
+            kube.patch_pod_metadata(namespace="default", name="p", metadata={"labels": {"leading": "no"}})
+        with pytest.raises(NotLeader):
+            kube.bind_pod(namespace="default", name="p", uid=pod["metadata"]["uid"], node="n1")
+    finally:
+        elector.stop(release=False)
+        kube.close()
+    stored = kube_api.get_object("/api/v1/namespaces/default/pods/p")
+    assert stored is not None and stored["metadata"]["labels"] == {"leading": "yes"} and not stored["spec"].get("nodeName")

@@ -13,6 +13,7 @@ from kubernetes import config as k8s_config
 
 from apis import names
 from apis.allocation import decode_allocation
+from apis.devices import to_device_object
 from apis.signing import verify_pod_annotations
 from scheduler_plugin.app import SchedulerApp
 from tests.kubeapi.server import KubeAPIServer
@@ -74,7 +75,7 @@ def test_pending_pods_for_fgpu_scheduler_are_bound_with_signed_allocations(
     bound = {p["metadata"]["name"]: p for p in pods_in(kube_api) if p["spec"].get("nodeName")}
     assert len(bound) == 2 and "not-ours" not in bound
     for pod in bound.values():
-        assert verify_pod_annotations(KEY, pod_uid=pod["metadata"]["uid"], node_name="n1", annotations=pod["metadata"]["annotations"])
+        assert verify_pod_annotations(KEY.verifying_keys(), pod_uid=pod["metadata"]["uid"], node_name="n1", annotations=pod["metadata"]["annotations"])
     assert sorted(gpu_use(kube_api).values()) == [60, 60]
     waiting = next(p for p in pods_in(kube_api) if p["metadata"]["name"].startswith("p") and not p["spec"].get("nodeName"))
     cluster.eventually(lambda: any(e["reason"] == "FailedScheduling" for e in events_of(kube_api, waiting["metadata"]["name"])), what="event")
@@ -145,3 +146,54 @@ def test_a_released_lease_is_taken_over_at_once(kube_api: KubeAPIServer, key_fil
     cluster.eventually(b.is_leader, timeout_s=5.0, what="b leads long before the 30 s lease would expire")
     cluster.add_pod(kube_api, whole_pod("after", scheduler_name=names.SCHEDULER_NAME))
     cluster.eventually(lambda: cluster.get_pod(kube_api, "after")["spec"].get("nodeName") == "n1", what="bound by b")
+
+
+def _put_node(api: KubeAPIServer, name: str, *, unschedulable: bool = False, ready: str = "True") -> None:
+    """A node with one GPU whose Node object says it is cordoned or not ready."""
+    devices = gpu_node(name, gpus=1)
+    node = api.put_object(
+        "/api/v1/nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "spec": {"unschedulable": unschedulable},
+            "status": {
+                "conditions": [{"type": "Ready", "status": ready}],
+                "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+            },
+        },
+    )
+    api.put_object(cluster.DEVICES, to_device_object(devices, node_uid=node["metadata"]["uid"]))
+
+
+def test_standalone_never_binds_to_a_cordoned_or_not_ready_node(kube_api: KubeAPIServer, key_file: str, apps: list[SchedulerApp]) -> None:
+    cluster.install(kube_api)
+    _put_node(kube_api, "cordoned", unschedulable=True)
+    _put_node(kube_api, "not-ready", ready="False")
+    _put_node(kube_api, "ok")
+    apps.append(cluster.start(cluster.config(kube_api, key_file, standalone=True, lease_s=LEASE_S)))
+    for i in range(3):
+        cluster.add_pod(kube_api, whole_pod(f"p{i}", scheduler_name=names.SCHEDULER_NAME))
+
+    cluster.eventually(lambda: any(p["spec"].get("nodeName") for p in pods_in(kube_api)), what="a bind")
+    cluster.eventually(lambda: sum(1 for p in pods_in(kube_api) if not p["spec"].get("nodeName") and events_of(kube_api, p["metadata"]["name"])) == 2, what="events")
+
+    assert {p["spec"].get("nodeName") for p in pods_in(kube_api)} == {"ok", None}
+
+
+def test_a_pod_with_a_persistent_volume_claim_gets_a_failed_scheduling_event_and_stays_pending(
+    kube_api: KubeAPIServer, key_file: str, apps: list[SchedulerApp]
+) -> None:
+    cluster.install(kube_api)
+    cluster.add_node(kube_api, gpu_node("n1", gpus=1))
+    apps.append(cluster.start(cluster.config(kube_api, key_file, standalone=True, lease_s=LEASE_S)))
+    pod = whole_pod("with-claim", scheduler_name=names.SCHEDULER_NAME)
+    pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}}]
+    cluster.add_pod(kube_api, pod)
+
+    cluster.eventually(lambda: bool(events_of(kube_api, "with-claim")), what="event", timeout_s=5.0)
+
+    (event,) = events_of(kube_api, "with-claim")
+    assert event["reason"] == "FailedScheduling" and "PersistentVolumeClaim data-0" in event["message"]
+    assert not cluster.get_pod(kube_api, "with-claim")["spec"].get("nodeName")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from apis.fgpu.v1 import device_pb2 as fgpu_dot_v1_dot_device__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x66gpu/v1/scheduler.proto\x12\x07\x66gpu.v1\x1a\x14\x66gpu/v1/device.proto\"\xeb\x01\n\tContainer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x32\n\x08requests\x18\x02 \x03(\x0b\x32 .fgpu.v1.Container.RequestsEntry\x12.\n\x06limits\x18\x03 \x03(\x0b\x32\x1e.fgpu.v1.Container.LimitsEntry\x12\x0c\n\x04init\x18\x04 \x01(\x08\x1a/\n\rRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLimitsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb3\x02\n\x03Pod\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12(\n\x06labels\x18\x04 \x03(\x0b\x32\x18.fgpu.v1.Pod.LabelsEntry\x12\x32\n\x0b\x61nnotations\x18\x05 \x03(\x0b\x32\x1d.fgpu.v1.Pod.AnnotationsEntry\x12&\n\ncontainers\x18\x06 \x03(\x0b\x32\x12.fgpu.v1.Container\x12\x15\n\rmanifest_json\x18\x07 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\">\n\rFilterRequest\x12\x19\n\x03pod\x18\x01 \x01(\x0b\x32\x0c.fgpu.v1.Pod\x12\x12\n\nnode_names\x18\x02 \x03(\t\"X\n\x0bNodeVerdict\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x10\n\x08\x66\x65\x61sible\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x14\n\x0cunresolvable\x18\x04 \x01(\x08\"K\n\x0e\x46ilterResponse\x12&\n\x08verdicts\x18\x01 \x03(\x0b\x32\x14.fgpu.v1.NodeVerdict\x12\x11\n\tpod_error\x18\x02 \x01(\t\"=\n\x0cScoreRequest\x12\x19\n\x03pod\x18\x01 \x01(\x0b\x32\x0c.fgpu.v1.Pod\x12\x12\n\nnode_names\x18\x02 \x03(\t\"-\n\tNodeScore\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x03\"3\n\rScoreResponse\x12\"\n\x06scores\x18\x01 \x03(\x0b\x32\x12.fgpu.v1.NodeScore\"\x88\x01\n\rGPUAllocation\x12\r\n\x05minor\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x14\n\x0c\x63ore_percent\x18\x03 \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x04\x12\x1c\n\x14memory_ratio_percent\x18\x05 \x01(\x05\x12\x10\n\x08mig_uuid\x18\x06 \x01(\t\"p\n\x0eNodeAllocation\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12$\n\x04gpus\x18\x02 \x03(\x0b\x32\x16.fgpu.v1.GPUAllocation\x12\x12\n\nannotation\x18\x03 \x01(\t\x12\x11\n\tsignature\x18\x04 \x01(\t\">\n\x0eReserveRequest\x12\x19\n\x03pod\x18\x01 \x01(\x0b\x32\x0c.fgpu.v1.Pod\x12\x11\n\tnode_name\x18\x02 \x01(\t\">\n\x0fReserveResponse\x12+\n\nallocation\x18\x01 \x01(\x0b\x32\x17.fgpu.v1.NodeAllocation\"@\n\x10UnreserveRequest\x12\x19\n\x03pod\x18\x01 \x01(\x0b\x32\x0c.fgpu.v1.Pod\x12\x11\n\tnode_name\x18\x02 \x01(\t\"\x13\n\x11UnreserveResponse\";\n\x0b\x42indRequest\x12\x19\n\x03pod\x18\x01 \x01(\x0b\x32\x0c.fgpu.v1.Pod\x12\x11\n\tnode_name\x18\x02 \x01(\t\";\n\x0c\x42indResponse\x12+\n\nallocation\x18\x01 \x01(\x0b\x32\x17.fgpu.v1.NodeAllocation\"A\n\x14ReportDevicesRequest\x12)\n\x06report\x18\x01 \x01(\x0b\x32\x19.fgpu.v1.NodeDeviceReport\"5\n\x15ReportDevicesResponse\x12\x1c\n\x14orphaned_allocations\x18\x01 \x03(\t\")\n\x13GetNodeStateRequest\x12\x12\n\nnode_names\x18\x01 \x03(\t\"u\n\x08PodShare\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x14\n\x0c\x63ore_percent\x18\x04 \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x05 \x01(\x04\x12\x0f\n\x07\x61ssumed\x18\x06 \x01(\x08\"\xa2\x01\n\x08GPUState\x12\x1c\n\x06\x64\x65vice\x18\x01 \x01(\x0b\x32\x0c.fgpu.v1.GPU\x12\x1e\n\x16\x61llocated_core_percent\x18\x02 \x01(\x05\x12\x1e\n\x16\x61llocated_memory_bytes\x18\x03 \x01(\x04\x12\x1f\n\x04pods\x18\x04 \x03(\x0b\x32\x11.fgpu.v1.PodShare\x12\x17\n\x0fheld_externally\x18\x05 \x01(\x08\"p\n\tNodeState\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x1f\n\x04gpus\x18\x02 \x03(\x0b\x32\x11.fgpu.v1.GPUState\x12\x16\n\x0e\x64river_version\x18\x03 \x01(\t\x12\x17\n\x0f\x64iscovery_error\x18\x04 \x01(\t\"9\n\x14GetNodeStateResponse\x12!\n\x05nodes\x18\x01 \x03(\x0b\x32\x12.fgpu.v1.NodeState2\xd2\x03\n\tScheduler\x12\x39\n\x06\x46ilter\x12\x16.fgpu.v1.FilterRequest\x1a\x17.fgpu.v1.FilterResponse\x12\x36\n\x05Score\x12\x15.fgpu.v1.ScoreRequest\x1a\x16.fgpu.v1.ScoreResponse\x12<\n\x07Reserve\x12\x17.fgpu.v1.ReserveRequest\x1a\x18.fgpu.v1.ReserveResponse\x12\x42\n\tUnreserve\x12\x19.fgpu.v1.UnreserveRequest\x1a\x1a.fgpu.v1.UnreserveResponse\x12\x33\n\x04\x42ind\x12\x14.fgpu.v1.BindRequest\x1a\x15.fgpu.v1.BindResponse\x12N\n\rReportDevices\x12\x1d.fgpu.v1.ReportDevicesRequest\x1a\x1e.fgpu.v1.ReportDevicesResponse\x12K\n\x0cGetNodeState\x12\x1c.fgpu.v1.GetNodeStateRequest\x1a\x1d.fgpu.v1.GetNodeStateResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x66gpu/v1/scheduler.proto\x12\x07\x66gpu.v1\x1a\x14\x66gpu/v1/device.proto\"\xeb\x01\n\tContainer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x32\n\x08requests\x18\x02 \x03(\x0b\x32 .fgpu.v1.Container.RequestsEntry\x12.\n\x06limits\x18\x03 \x03(\x0b\x32\x1e.fgpu.v1.Container.LimitsEntry\x12\x0c\n\x04init\x18\x04 \x01(\x08\x1a/\n\rRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLimitsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb3\x02\n\x03Pod\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12(\n\x06labels\x18\x04 \x03(\x0b\x32\x18.fgpu.v1.Pod.LabelsEntry\x12\x32\n\x0b\x61nnotations\x18\x05 \x03(\x0b\x32\x1d.fgpu.v1.Pod.AnnotationsEntry\x12&\n\ncontainers\x18\x06 \x03(\x0b\x32\x12.fgpu.v1.Container\x12\x15\n\rmanifest_json\x18\x07 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\">\n\rFilterRequest\x12\x19\n\x03pod\x18\x01 \x01(\x0b\x32\x0c.fgpu.v1.Pod\x12\x12\n\nnode_names\x18\x02 \x03(\t\"X\n\x0bNodeVerdict\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x10\n\x08\x66\x65\x61sible\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x14\n\x0cunresolvable\x18\x04 \x01(\x08\"K\n\x0e\x46ilterResponse\x12&\n\x08verdicts\x18\x01 \x03(\x0b\x32\x14.fgpu.v1.NodeVerdict\x12\x11\n\tpod_error\x18\x02 \x01(\t\"=\n\x0cScoreRequest\x12\x19\n\x03pod\x18\x01 \x01(\x0b\x32\x0c.fgpu.v1.Pod\x12\x12\n\nnode_names\x18\x02 \x03(\t\"-\n\tNodeScore\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x03\"3\n\rScoreResponse\x12\"\n\x06scores\x18\x01 \x03(\x0b\x32\x12.fgpu.v1.NodeScore\"\x88\x01\n\rGPUAllocation\x12\r\n\x05minor\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x14\n\x0c\x63ore_percent\x18\x03 \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x04\x12\x1c\n\x14memory_ratio_percent\x18\x05 \x01(\x05\x12\x10\n\x08mig_uuid\x18\x06 \x01(\t\"l\n\x0eNodeAllocation\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12$\n\x04gpus\x18\x02 \x03(\x0b\x32\x16.fgpu.v1.GPUAllocationJ\x04\x08\x03\x10\x04J\x04\x08\x04\x10\x05R\nannotationR\tsignature\">\n\x0eReserveRequest\x12\x19\n\x03pod\x18\x01 \x01(\x0b\x32\x0c.fgpu.v1.Pod\x12\x11\n\tnode_name\x18\x02 \x01(\t\">\n\x0fReserveResponse\x12+\n\nallocation\x18\x01 \x01(\x0b\x32\x17.fgpu.v1.NodeAllocation\"@\n\x10UnreserveRequest\x12\x19\n\x03pod\x18\x01 \x01(\x0b\x32\x0c.fgpu.v1.Pod\x12\x11\n\tnode_name\x18\x02 \x01(\t\"\x13\n\x11UnreserveResponse\";\n\x0b\x42indRequest\x12\x19\n\x03pod\x18\x01 \x01(\x0b\x32\x0c.fgpu.v1.Pod\x12\x11\n\tnode_name\x18\x02 \x01(\t\";\n\x0c\x42indResponse\x12+\n\nallocation\x18\x01 \x01(\x0b\x32\x17.fgpu.v1.NodeAllocation\"A\n\x14ReportDevicesRequest\x12)\n\x06report\x18\x01 \x01(\x0b\x32\x19.fgpu.v1.NodeDeviceReport\"5\n\x15ReportDevicesResponse\x12\x1c\n\x14orphaned_allocations\x18\x01 \x03(\t\")\n\x13GetNodeStateRequest\x12\x12\n\nnode_names\x18\x01 \x03(\t\"u\n\x08PodShare\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x14\n\x0c\x63ore_percent\x18\x04 \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x05 \x01(\x04\x12\x0f\n\x07\x61ssumed\x18\x06 \x01(\x08\"\xa2\x01\n\x08GPUState\x12\x1c\n\x06\x64\x65vice\x18\x01 \x01(\x0b\x32\x0c.fgpu.v1.GPU\x12\x1e\n\x16\x61llocated_core_percent\x18\x02 \x01(\x05\x12\x1e\n\x16\x61llocated_memory_bytes\x18\x03 \x01(\x04\x12\x1f\n\x04pods\x18\x04 \x03(\x0b\x32\x11.fgpu.v1.PodShare\x12\x17\n\x0fheld_externally\x18\x05 \x01(\x08\"p\n\tNodeState\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x1f\n\x04gpus\x18\x02 \x03(\x0b\x32\x11.fgpu.v1.GPUState\x12\x16\n\x0e\x64river_version\x18\x03 \x01(\t\x12\x17\n\x0f\x64iscovery_error\x18\x04 \x01(\t\"9\n\x14GetNodeStateResponse\x12!\n\x05nodes\x18\x01 \x03(\x0b\x32\x12.fgpu.v1.NodeState2\xd2\x03\n\tScheduler\x12\x39\n\x06\x46ilter\x12\x16.fgpu.v1.FilterRequest\x1a\x17.fgpu.v1.FilterResponse\x12\x36\n\x05Score\x12\x15.fgpu.v1.ScoreRequest\x1a\x16.fgpu.v1.ScoreResponse\x12<\n\x07Reserve\x12\x17.fgpu.v1.ReserveRequest\x1a\x18.fgpu.v1.ReserveResponse\x12\x42\n\tUnreserve\x12\x19.fgpu.v1.UnreserveRequest\x1a\x1a.fgpu.v1.UnreserveResponse\x12\x33\n\x04\x42ind\x12\x14.fgpu.v1.BindRequest\x1a\x15.fgpu.v1.BindResponse\x12N\n\rReportDevices\x12\x1d.fgpu.v1.ReportDevicesRequest\x1a\x1e.fgpu.v1.ReportDevicesResponse\x12K\n\x0cGetNodeState\x12\x1c.fgpu.v1.GetNodeStateRequest\x1a\x1d.fgpu.v1.GetNodeStateResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -67,33 +67,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GPUALLOCATION']._serialized_start=1001
   _globals['_GPUALLOCATION']._serialized_end=1137
   _globals['_NODEALLOCATION']._serialized_start=1139
-  _globals['_NODEALLOCATION']._serialized_end=1251
-  _globals['_RESERVEREQUEST']._serialized_start=1253
-  _globals['_RESERVEREQUEST']._serialized_end=1315
-  _globals['_RESERVERESPONSE']._serialized_start=1317
-  _globals['_RESERVERESPONSE']._serialized_end=1379
-  _globals['_UNRESERVEREQUEST']._serialized_start=1381
-  _globals['_UNRESERVEREQUEST']._serialized_end=1445
-  _globals['_UNRESERVERESPONSE']._serialized_start=1447
-  _globals['_UNRESERVERESPONSE']._serialized_end=1466
-  _globals['_BINDREQUEST']._serialized_start=1468
-  _globals['_BINDREQUEST']._serialized_end=1527
-  _globals['_BINDRESPONSE']._serialized_start=1529
-  _globals['_BINDRESPONSE']._serialized_end=1588
-  _globals['_REPORTDEVICESREQUEST']._serialized_start=1590
-  _globals['_REPORTDEVICESREQUEST']._serialized_end=1655
-  _globals['_REPORTDEVICESRESPONSE']._serialized_start=1657
-  _globals['_REPORTDEVICESRESPONSE']._serialized_end=1710
-  _globals['_GETNODESTATEREQUEST']._serialized_start=1712
-  _globals['_GETNODESTATEREQUEST']._serialized_end=1753
-  _globals['_PODSHARE']._serialized_start=1755
-  _globals['_PODSHARE']._serialized_end=1872
-  _globals['_GPUSTATE']._serialized_start=1875
-  _globals['_GPUSTATE']._serialized_end=2037
-  _globals['_NODESTATE']._serialized_start=2039
-  _globals['_NODESTATE']._serialized_end=2151
-  _globals['_GETNODESTATERESPONSE']._serialized_start=2153
-  _globals['_GETNODESTATERESPONSE']._serialized_end=2210
-  _globals['_SCHEDULER']._serialized_start=2213
-  _globals['_SCHEDULER']._serialized_end=2679
+  _globals['_NODEALLOCATION']._serialized_end=1247
+  _globals['_RESERVEREQUEST']._serialized_start=1249
+  _globals['_RESERVEREQUEST']._serialized_end=1311
+  _globals['_RESERVERESPONSE']._serialized_start=1313
+  _globals['_RESERVERESPONSE']._serialized_end=1375
+  _globals['_UNRESERVEREQUEST']._serialized_start=1377
+  _globals['_UNRESERVEREQUEST']._serialized_end=1441
+  _globals['_UNRESERVERESPONSE']._serialized_start=1443
+  _globals['_UNRESERVERESPONSE']._serialized_end=1462
+  _globals['_BINDREQUEST']._serialized_start=1464
+  _globals['_BINDREQUEST']._serialized_end=1523
+  _globals['_BINDRESPONSE']._serialized_start=1525
+  _globals['_BINDRESPONSE']._serialized_end=1584
+  _globals['_REPORTDEVICESREQUEST']._serialized_start=1586
+  _globals['_REPORTDEVICESREQUEST']._serialized_end=1651
+  _globals['_REPORTDEVICESRESPONSE']._serialized_start=1653
+  _globals['_REPORTDEVICESRESPONSE']._serialized_end=1706
+  _globals['_GETNODESTATEREQUEST']._serialized_start=1708
+  _globals['_GETNODESTATEREQUEST']._serialized_end=1749
+  _globals['_PODSHARE']._serialized_start=1751
+  _globals['_PODSHARE']._serialized_end=1868
+  _globals['_GPUSTATE']._serialized_start=1871
+  _globals['_GPUSTATE']._serialized_end=2033
+  _globals['_NODESTATE']._serialized_start=2035
+  _globals['_NODESTATE']._serialized_end=2147
+  _globals['_GETNODESTATERESPONSE']._serialized_start=2149
+  _globals['_GETNODESTATERESPONSE']._serialized_end=2206
+  _globals['_SCHEDULER']._serialized_start=2209
+  _globals['_SCHEDULER']._serialized_end=2675
 # @@protoc_insertion_point(module_scope)

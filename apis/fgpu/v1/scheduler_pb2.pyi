@@ -132,16 +132,12 @@ class GPUAllocation(_message.Message):
     def __init__(self, minor: _Optional[int] = ..., uuid: _Optional[str] = ..., core_percent: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., memory_ratio_percent: _Optional[int] = ..., mig_uuid: _Optional[str] = ...) -> None: ...
 
 class NodeAllocation(_message.Message):
-    __slots__ = ("node_name", "gpus", "annotation", "signature")
+    __slots__ = ("node_name", "gpus")
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
-    ANNOTATION_FIELD_NUMBER: _ClassVar[int]
-    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     node_name: str
     gpus: _containers.RepeatedCompositeFieldContainer[GPUAllocation]
-    annotation: str
-    signature: str
-    def __init__(self, node_name: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GPUAllocation, _Mapping]]] = ..., annotation: _Optional[str] = ..., signature: _Optional[str] = ...) -> None: ...
+    def __init__(self, node_name: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GPUAllocation, _Mapping]]] = ...) -> None: ...
 
 class ReserveRequest(_message.Message):
     __slots__ = ("pod", "node_name")

@@ -106,14 +106,17 @@ class SchedulerServicer:
 
     def Bind(self, request, context):
         """Writes the signed allocation annotation and binds the pod to the node.
+        The answer names the GPUs; the signed annotations are only on the pod.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ReportDevices(self, request, context):
-        """An agent's device report for its node (embedded state backend, or a
-        cluster that prefers reports over Device resources).
+        """An agent's device report for its node; embedded state backend only. With
+        the kubernetes backend a node's GPUs come only from its Device object,
+        which only that node's agent may write, and this is refused
+        (PERMISSION_DENIED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

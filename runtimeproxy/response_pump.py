@@ -1,0 +1,215 @@
+"""runtime -> kubelet: the frames the runtime sends, read in place and written to kubelet in runs.
+
+As in `request_pump`, frames pass in runs and only those the relay acts on cut
+them: frames of a call kubelet already has its answer for (dropped; their
+header blocks still read, `header_sync`), WINDOW_UPDATEs whose credit belongs
+to the relay (`flow_control`), and the end of each call, whose status goes to
+the handler once the answer was written to kubelet.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from runtimeproxy import flow_control, grpc_framing, header_sync, peer_errors
+from runtimeproxy import h2frames as h2
+from runtimeproxy.calls import StreamKind
+from runtimeproxy.grpc_framing import GRPC_INTERNAL, GRPC_UNKNOWN
+from runtimeproxy.hpack_codec import Header, HPACKError
+from runtimeproxy.relay_state import ConnectionState, Side
+
+
+def pump(conn: ConnectionState, data: bytes) -> None:
+    """Relays what the runtime sent: frames checked, forwarded in runs, dropped where kubelet has its answer."""
+    if conn.closing:
+        return
+    buf = conn.bbuf + data if conn.bbuf else data
+    n = len(buf)
+    pos = 0
+    out_start = 0
+    client = conn.client
+    hijacked = conn.hijacked
+    limit = conn.backend_frame_limit
+    in_block = conn.b_block is not None
+    while n - pos >= 9:
+        length = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
+        end = pos + 9 + length
+        if length > limit:
+            if out_start < pos:
+                client.write(buf[out_start:pos])
+            peer_errors.connection_error(conn, Side.BACKEND, h2.oversized(length, limit))
+            return
+        if end > n:
+            break
+        ftype = buf[pos + 3]
+        flags = buf[pos + 4]
+        sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+        v: h2.Violation | None = None
+        if in_block and ftype != h2.CONTINUATION:
+            v = h2.INTERRUPTED_BLOCK
+        elif ftype == h2.DATA:
+            if sid == 0 or flags & h2.PADDED:
+                v = h2.check(ftype, flags, sid, buf[pos + 9 : end], from_server=True)
+            if v is not None:
+                pass
+            elif sid in hijacked:
+                if out_start < pos:
+                    client.write(buf[out_start:pos])
+                out_start = end
+                if length:
+                    _backend_write(conn, h2.window_update(0, length))
+            elif flags & h2.END_STREAM:
+                _response_end(conn, sid, None)
+        elif ftype == h2.HEADERS:
+            if flags & h2.PADDED_OR_PRIORITY or not sid & 1:  # the usual HEADERS needs no other check
+                v = h2.check(ftype, flags, sid, buf[pos + 9 : end], from_server=True)
+                fragment = h2.header_block_fragment(flags, buf[pos + 9 : end])
+            else:
+                fragment = buf[pos + 9 : end]
+            if v is None:
+                if flags & h2.END_HEADERS:
+                    replacement = _block(conn, sid, flags, fragment)
+                    if conn.closing:
+                        return
+                    if replacement is not None:
+                        if out_start < pos:
+                            client.write(buf[out_start:pos])
+                        out_start = end
+                        if replacement:
+                            client.write(replacement)
+                else:
+                    if out_start < pos:
+                        client.write(buf[out_start:pos])
+                    out_start = end
+                    conn.b_block = (bytearray(buf[pos:end]), bytearray(fragment), sid, flags)
+                    in_block = True
+        elif ftype == h2.CONTINUATION:
+            v = h2.continuation_error(conn.b_block, sid, length)
+            if v is None:
+                assert conn.b_block is not None
+                if out_start < pos:
+                    client.write(buf[out_start:pos])
+                out_start = end
+                raw, fragment_buf, bsid, bflags = conn.b_block
+                raw += buf[pos:end]
+                fragment_buf += buf[pos + 9 : end]
+                if flags & h2.END_HEADERS:
+                    conn.b_block = None
+                    in_block = False
+                    replacement = _block(conn, bsid, bflags, fragment_buf)
+                    if conn.closing:
+                        return
+                    if replacement is None:
+                        client.write(bytes(raw))
+                    elif replacement:
+                        client.write(replacement)
+        else:
+            v = h2.check(ftype, flags, sid, buf[pos + 9 : end], from_server=True)
+            if v is not None:
+                pass
+            elif ftype == h2.WINDOW_UPDATE:
+                inc = int.from_bytes(buf[pos + 9 : end], "big") & 0x7FFFFFFF
+                forward, passed, v = flow_control.backend_window_update(conn, sid, inc)
+                if not forward:
+                    if out_start < pos:
+                        client.write(buf[out_start:pos])
+                    out_start = end
+                    if passed:
+                        client.write(h2.window_update(0, passed))
+            elif ftype == h2.SETTINGS:
+                # the runtime's first frame; it reaches kubelet with this buffer's writes, before anything else
+                conn.server_started = True
+                if not flags & h2.ACK:
+                    values = h2.parse_settings(buf[pos + 9 : end])
+                    conn.b_settings.append(values)
+                    if h2.SETTINGS_MAX_FRAME_SIZE in values:
+                        conn.client_frame_limit = max(conn.client_frame_limit, values[h2.SETTINGS_MAX_FRAME_SIZE])
+            elif ftype == h2.GOAWAY:
+                last = int.from_bytes(buf[pos + 9 : pos + 13], "big") & 0x7FFFFFFF
+                if conn.runtime_goaway_sid is None or last < conn.runtime_goaway_sid:
+                    conn.runtime_goaway_sid = last
+            elif ftype == h2.RST_STREAM:
+                if sid in hijacked:
+                    if out_start < pos:
+                        client.write(buf[out_start:pos])
+                    out_start = end
+                    del hijacked[sid]
+                else:
+                    _response_end(conn, sid, None, rst_code=int.from_bytes(buf[pos + 9 : end], "big"))
+        if v is not None:
+            if out_start < pos:
+                client.write(buf[out_start:pos])
+            out_start = end
+            if not v.stream_only:
+                peer_errors.connection_error(conn, Side.BACKEND, v)
+                return
+            peer_errors.stream_error(conn, Side.BACKEND, sid, v)
+        pos = end
+    if out_start == 0 and pos == n:
+        client.write(buf)
+    elif out_start < pos:
+        client.write(buf[out_start:pos])
+    conn.bbuf = buf[pos:] if pos < n else b""
+    if conn.done:
+        _report_done(conn)
+
+
+def _block(conn: ConnectionState, sid: int, flags: int, fragment: bytes | bytearray | memoryview) -> bytes | None:
+    """Reads the runtime's header block: None to forward it, b"" to drop it, or frames to send instead."""
+    path = conn.resp
+    out: bytes | None = None
+    try:
+        if sid in conn.hijacked:  # kubelet already has its answer from the relay
+            header_sync.drop(path, fragment)
+            return b""
+        if path.reencoder is None:
+            headers = path.decoder.decode(fragment)
+        else:
+            headers, out = header_sync.reencode(path, fragment, sid, flags)
+    except HPACKError as exc:
+        peer_errors.connection_error(conn, Side.BACKEND, h2.Violation(h2.COMPRESSION_ERROR, f"bad header block: {exc}"))
+        return b""
+    if flags & h2.END_STREAM:
+        _response_end(conn, sid, headers)
+    elif (st := conn.streams.get(sid)) is not None:
+        st.responded = True
+    return out
+
+
+def _report_done(conn: ConnectionState) -> None:
+    done, conn.done = conn.done, []
+    finished = conn.handler.finished
+    for path, kind, message, code, seconds in done:
+        finished(path, kind, message, code, seconds)
+
+
+def _backend_write(conn: ConnectionState, data: bytes) -> None:
+    if conn.backend is not None:
+        conn.backend.write(data)
+
+
+def _response_end(conn: ConnectionState, sid: int, headers: Sequence[Header] | None, *, rst_code: int | None = None) -> None:
+    st = conn.streams.pop(sid, None)
+    if st is None:
+        return
+    if rst_code is not None:
+        code = h2.RST_TO_GRPC.get(rst_code, GRPC_INTERNAL)
+    else:
+        code = GRPC_UNKNOWN
+        for name, value in headers or ():
+            if name == b"grpc-status":
+                try:
+                    code = int(value)
+                except ValueError:
+                    code = GRPC_UNKNOWN
+                break
+    # an EDIT call the runtime answered before taking all of the held-back request
+    # (e.g. Unimplemented): nothing more goes to it
+    flow_control.abandon(conn, st)
+    message: bytes | None = None
+    if st.kind is not StreamKind.PASS and len(st.body) >= 5:
+        body = st.body
+        message = bytes(body[5:]) if not body[0] & 1 else grpc_framing.observed_message(body, st.encoding)
+    # metrics and post-call hooks wait until the response is on its way to kubelet
+    conn.done.append((st.path, st.kind, message, code, time.perf_counter() - st.t0))

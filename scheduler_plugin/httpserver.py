@@ -1,0 +1,483 @@
+"""A small HTTP/1.1 server in which every resource a client can hold is bounded.
+
+It serves the kube-scheduler extender and the probe/metrics listener.
+`http.server.ThreadingHTTPServer` gives every connection a thread of its own,
+reads with no deadline and believes Content-Length, so a client that connects
+and sends nothing, sends its headers a byte at a time (slowloris) or announces
+a negative length holds a thread forever. Here instead:
+
+- One thread (the loop) accepts and reads every connection without blocking,
+  through a selector. A connection costs a socket and a buffer, never a
+  thread, until its request has fully arrived; idle keep-alive connections
+  cost no thread either.
+- A request (with TLS, the handshake too) must arrive whole within
+  `request_timeout_s` of its first byte (of the connection, for the first
+  request); else the client gets 408 and the connection is closed. An idle
+  keep-alive connection is closed after `idle_timeout_s`.
+- The head is at most `max_header_bytes` (else 431), the body at most
+  `max_body_bytes` (else 413, before any of it is read) and announced by a
+  Content-Length of plain digits (else 400); a chunked body gets 411, since
+  kube-scheduler always sends a length.
+- At most `max_connections` are open. One more closes the open connection that
+  has waited longest without a complete request (idle or slow), so a flood of
+  idle connections cannot lock kube-scheduler out.
+- Complete requests go to `workers` threads through a queue of `queue_size`;
+  when it is full the loop answers 503 at once.
+- A client must take its response within `write_timeout_s`.
+
+An error answer is followed by a "lingering close" (nginx's name): the server
+stops writing and discards what the client still sends for a moment, so the
+client reads the 4xx instead of a connection reset.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import enum
+import http
+import logging
+import queue
+import re
+import selectors
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+#: (method, path, body) -> (status, content type, body)
+Handler = Callable[[str, str, bytes], tuple[int, str, bytes]]
+
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_READ_CHUNK = 64 * 1024
+_LINGER_S = 1.0
+_LINGER_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one client may hold; see the module docstring for what happens past each."""
+
+    workers: int = 8
+    queue_size: int = 64
+    max_connections: int = 256
+    request_timeout_s: float = 10.0
+    idle_timeout_s: float = 60.0
+    write_timeout_s: float = 10.0
+    max_header_bytes: int = 16 * 1024
+    max_body_bytes: int = 1024 * 1024
+
+
+class _State(enum.Enum):
+    HANDSHAKE = enum.auto()
+    IDLE = enum.auto()  # between requests, nothing of the next one read yet
+    READING = enum.auto()  # part of a request read
+    BUSY = enum.auto()  # a worker has it
+    LINGERING = enum.auto()  # answered with an error; discarding input until close
+
+
+@dataclass(eq=False)
+class _Conn:
+    """One connection's mutable state; owned by the loop, or by one worker while BUSY."""
+
+    sock: socket.socket
+    peer: str
+    state: _State
+    deadline: float
+    #: when the current wait began: the oldest waiter is closed first when connections run out
+    since: float
+    buf: bytearray = field(default_factory=bytearray)
+    continued: bool = False
+    discarded: int = 0
+
+
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    path: str
+    body: bytes
+    keep_alive: bool
+
+
+class _Reject(Exception):
+    """The request cannot be served: answer `status` with `message` and close."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class BoundedHTTPServer:
+    """Serves `handler` on `host:port` (port 0: any free one), optionally with TLS."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        host: str,
+        port: int,
+        name: str,
+        limits: Limits = Limits(),
+        ssl_context: ssl.SSLContext | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._handler = handler
+        self._limits = limits
+        self._ssl = ssl_context
+        self._name = name
+        self._clock = clock
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            self._listener = socket.create_server((host, port), family=family, backlog=128)
+        except OSError as exc:
+            raise OSError(exc.errno, f"{name}: cannot listen on {host}:{port} ({exc.strerror}); is the port in use?") from None
+        self._listener.setblocking(False)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ, "listen")
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._conns: set[_Conn] = set()
+        self._returned: collections.deque[tuple[_Conn, bool]] = collections.deque()
+        self._work: queue.Queue[tuple[_Conn, _Request] | None] = queue.Queue(maxsize=limits.queue_size)
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) as bound."""
+        host, port = self._listener.getsockname()[:2]
+        return str(host), int(port)
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+    def start(self) -> None:
+        loop = threading.Thread(target=self._loop, name=f"{self._name}-loop", daemon=True)
+        workers = [
+            threading.Thread(target=self._worker, name=f"{self._name}-worker-{i}", daemon=True)
+            for i in range(self._limits.workers)
+        ]
+        self._threads = [loop, *workers]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stops accepting, closes waiting connections, lets requests in progress finish within `grace`."""
+        self._stopping.set()
+        if not self._threads:  # never started
+            self._close_all()
+            return
+        self._wake()
+        deadline = None if grace is None else self._clock() + grace
+        for _ in range(self._limits.workers):
+            try:
+                # A full queue drains as workers finish; past the grace they are daemon threads.
+                self._work.put(None, timeout=None if deadline is None else max(0.0, deadline - self._clock()))
+            except queue.Full:
+                break
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - self._clock()))
+
+    # --- the loop: accept, read, dispatch ------------------------------------------------
+
+    def _loop(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                for key, _mask in self._selector.select(self._next_timeout()):
+                    if key.data == "listen":
+                        self._accept()
+                    elif key.data == "wake":
+                        self._drain_wake()
+                    else:
+                        self._on_readable(key.data)
+                self._take_returned()
+                self._expire()
+        except Exception:
+            log.exception("%s: the connection loop failed", self._name)
+        finally:
+            self._close_all()
+
+    def _next_timeout(self) -> float:
+        waiting = [c.deadline for c in self._conns if c.state is not _State.BUSY]
+        if not waiting:
+            return 1.0
+        return max(0.0, min(1.0, min(waiting) - self._clock()))
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, peer = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. EMFILE: the next select tries again
+                log.warning("%s: accept failed: %s", self._name, exc)
+                return
+            if len(self._conns) >= self._limits.max_connections and not self._evict_oldest():
+                _close(sock)  # every connection is being served: no room
+                continue
+            sock.setblocking(False)
+            now = self._clock()
+            state = _State.IDLE
+            if self._ssl is not None:
+                try:
+                    sock = self._ssl.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                except (OSError, ValueError):
+                    _close(sock)
+                    continue
+                state = _State.HANDSHAKE
+            # The first request must come within the request timeout, not the idle one:
+            # a client connects to send a request.
+            conn = _Conn(sock=sock, peer=str(peer), state=state, deadline=now + self._limits.request_timeout_s, since=now)
+            self._conns.add(conn)
+            self._selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _evict_oldest(self) -> bool:
+        waiting = [c for c in self._conns if c.state is not _State.BUSY]
+        if not waiting:
+            return False
+        oldest = min(waiting, key=lambda c: c.since)
+        # Debug, not info: a flood of connections must not become a flood of log lines.
+        log.debug("%s: %d connections open; closing the longest waiting, from %s", self._name, len(self._conns), oldest.peer)
+        self._drop(oldest)
+        return True
+
+    def _on_readable(self, conn: _Conn) -> None:
+        if conn.state is _State.HANDSHAKE:
+            assert isinstance(conn.sock, ssl.SSLSocket)
+            try:
+                conn.sock.do_handshake()
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            except (ssl.SSLError, OSError) as exc:
+                log.debug("%s: TLS handshake with %s failed: %s", self._name, conn.peer, exc)
+                self._drop(conn)
+                return
+            conn.state = _State.IDLE
+        eof = self._read_available(conn)
+        if conn.state is _State.LINGERING:
+            if eof or conn.discarded > _LINGER_BYTES:
+                self._drop(conn)
+            return
+        if eof:
+            self._drop(conn)  # a client that leaves mid-request gets nothing: it is not listening
+            return
+        self._advance(conn)
+
+    def _read_available(self, conn: _Conn) -> bool:
+        """Reads what the socket has (TLS may hold more than one select says); True at end of stream."""
+        limit = self._limits.max_header_bytes + self._limits.max_body_bytes
+        while True:
+            try:
+                chunk = conn.sock.recv(_READ_CHUNK)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return False
+            except OSError:
+                return True
+            if not chunk:
+                return True
+            if conn.state is _State.LINGERING:
+                conn.discarded += len(chunk)
+                if conn.discarded > _LINGER_BYTES:
+                    return False
+                continue
+            if conn.state is _State.IDLE:
+                now = self._clock()
+                conn.state, conn.deadline, conn.since = _State.READING, now + self._limits.request_timeout_s, now
+            conn.buf += chunk
+            if len(conn.buf) > limit:
+                return False  # more than any acceptable request: _advance rejects it
+
+    def _advance(self, conn: _Conn) -> None:
+        """Dispatches the request in `conn.buf` once it is complete; rejects it as soon as it cannot be."""
+        try:
+            request = self._parse(conn)
+        except _Reject as reject:
+            self._reject(conn, reject.status, str(reject))
+            return
+        if request is None:
+            return
+        self._selector.unregister(conn.sock)
+        conn.state = _State.BUSY
+        try:
+            self._work.put_nowait((conn, request))
+        except queue.Full:
+            conn.state = _State.READING
+            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+            self._reject(conn, 503, f"{self._name}: busy ({self._limits.queue_size} requests waiting); retry")
+
+    def _parse(self, conn: _Conn) -> _Request | None:
+        limits = self._limits
+        end = conn.buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(conn.buf) > limits.max_header_bytes:
+                raise _Reject(431, f"request head over {limits.max_header_bytes} bytes")
+            return None
+        if end + 4 > limits.max_header_bytes:
+            raise _Reject(431, f"request head over {limits.max_header_bytes} bytes")
+        head = bytes(conn.buf[:end]).decode("latin-1")
+        request_line, *header_lines = head.split("\r\n")
+        parts = request_line.split(" ")
+        if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
+            raise _Reject(400, f"malformed request line {request_line[:80]!r}")
+        method, path, version = parts
+        if version not in ("HTTP/1.1", "HTTP/1.0"):
+            raise _Reject(505, f"{version[:20]!r}: only HTTP/1.1 and HTTP/1.0 are served")
+        headers: dict[str, str] = {}
+        for line in header_lines:
+            name, sep, value = line.partition(":")
+            if not sep or not _TOKEN.fullmatch(name):
+                raise _Reject(400, f"malformed header line {line[:80]!r}")
+            key = name.lower()
+            value = value.strip()
+            if key in headers and key == "content-length" and headers[key] != value:
+                raise _Reject(400, "two different Content-Length headers")
+            headers[key] = value
+        if "transfer-encoding" in headers:
+            raise _Reject(411, "Transfer-Encoding is not accepted; send the body with a Content-Length")
+        raw_length = headers.get("content-length", "0")
+        if not _CONTENT_LENGTH.fullmatch(raw_length):
+            raise _Reject(400, f"Content-Length: {raw_length[:40]!r} is not a number of bytes; send e.g. Content-Length: 1234")
+        length = int(raw_length)
+        if length > limits.max_body_bytes:
+            raise _Reject(413, f"Content-Length: {length} is over the limit of {limits.max_body_bytes} bytes")
+        total = end + 4 + length
+        if len(conn.buf) < total:
+            if headers.get("expect", "").lower() == "100-continue" and not conn.continued:
+                conn.continued = True
+                _send_nowait(conn.sock, b"HTTP/1.1 100 Continue\r\n\r\n")
+            return None
+        body = bytes(conn.buf[end + 4:total])
+        del conn.buf[:total]
+        conn.continued = False
+        connection = headers.get("connection", "").lower()
+        keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
+        return _Request(method=method, path=path, body=body, keep_alive=keep_alive)
+
+    def _reject(self, conn: _Conn, status: int, message: str) -> None:
+        log.debug("%s: %s to %s: %s", self._name, status, conn.peer, message)
+        _send_nowait(conn.sock, _response(status, "text/plain", message.encode(), keep_alive=False))
+        self._linger(conn)
+
+    def _linger(self, conn: _Conn) -> None:
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._drop(conn)
+            return
+        conn.state, conn.buf = _State.LINGERING, bytearray()
+        conn.deadline = self._clock() + _LINGER_S
+
+    def _expire(self) -> None:
+        now = self._clock()
+        for conn in [c for c in self._conns if c.state is not _State.BUSY and c.deadline <= now]:
+            if conn.state is _State.READING:
+                self._reject(conn, 408, f"request not complete within {self._limits.request_timeout_s:g}s")
+            else:
+                self._drop(conn)
+
+    def _take_returned(self) -> None:
+        while self._returned:
+            conn, keep = self._returned.popleft()
+            if not keep or self._stopping.is_set():
+                self._forget(conn)
+                continue
+            now = self._clock()
+            conn.state = _State.READING if conn.buf else _State.IDLE
+            conn.since = now
+            conn.deadline = now + (self._limits.request_timeout_s if conn.buf else self._limits.idle_timeout_s)
+            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+            if conn.buf:  # a pipelined request arrived with the last one
+                self._advance(conn)
+
+    def _drop(self, conn: _Conn) -> None:
+        self._forget(conn)
+        _close(conn.sock)
+
+    def _forget(self, conn: _Conn) -> None:
+        self._conns.discard(conn)
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(conn.sock)
+
+    def _close_all(self) -> None:
+        for conn in list(self._conns):
+            if conn.state is not _State.BUSY:
+                self._drop(conn)
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            _close(sock)
+        with contextlib.suppress(OSError, RuntimeError):
+            self._selector.close()
+
+    def _wake(self) -> None:
+        # Non-blocking: a full pipe means a wake-up is pending already; a closed one, the loop is gone.
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(OSError):  # BlockingIOError: drained
+            while self._wake_r.recv(4096):
+                pass
+
+    # --- workers: run the handler, write the answer -------------------------------------
+
+    def _worker(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            conn, request = item
+            keep = self._serve(conn, request)
+            self._returned.append((conn, keep))
+            self._wake()
+
+    def _serve(self, conn: _Conn, request: _Request) -> bool:
+        """Runs the handler and writes its answer; True when the connection stays open."""
+        try:
+            status, content_type, body = self._handler(request.method, request.path, request.body)
+        except Exception:
+            log.exception("%s: %s %s failed", self._name, request.method, request.path)
+            status, content_type, body = 500, "text/plain", b"internal error; see the scheduler's log"
+        keep = request.keep_alive and not self._stopping.is_set()
+        try:
+            conn.sock.settimeout(self._limits.write_timeout_s)
+            conn.sock.sendall(_response(status, content_type, body, keep_alive=keep))
+            if keep:
+                conn.sock.setblocking(False)
+        except (OSError, ValueError) as exc:
+            log.debug("%s: could not answer %s: %s", self._name, conn.peer, exc)
+            keep = False
+        if not keep:
+            _close(conn.sock)
+        return keep
+
+
+def _response(status: int, content_type: str, body: bytes, *, keep_alive: bool) -> bytes:
+    try:
+        reason = http.HTTPStatus(status).phrase
+    except ValueError:
+        reason = "Status"
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\n"
+        f"Content-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+def _send_nowait(sock: socket.socket, data: bytes) -> None:
+    """Best effort from the loop, which must never block: what does not fit in the buffer is lost."""
+    with contextlib.suppress(OSError, ValueError):
+        sock.send(data)
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.close()
