@@ -30,7 +30,7 @@ from apis import names
 from apis.allocation import Allocation, AllocationError
 from apis.devices import NodeDevices
 from apis.request import RequestError
-from apis.signing import SchedulerKeys, VerifyingKeys, allocation_annotations, verify_pod_annotations
+from apis.signing import SchedulerKeys, allocation_annotations, verify_pod_annotations
 from apis.translation import TranslationRules
 from scheduler_plugin import boundpods, pods
 from scheduler_plugin.allocation_split import with_containers
@@ -408,10 +408,6 @@ class SchedulingService:
                 self.pending.all_due_now()
 
     # --- internals -----------------------------------------------------------------
-
-    def _verifying_keys(self) -> VerifyingKeys | None:
-        """What bound pods' signatures are checked with now; None in a read-only view (no keys)."""
-        return self._key.verifying_keys() if self._key is not None else None
 
     def _reserve_locked(self, request: PodRequest, node: NodeName) -> Allocation:
         if not request.uid:

@@ -159,7 +159,9 @@ def _gpu_reasons(
     core_free = state.core_free[slots[rows]]
     mem_free = state.mem_free[slots[rows]]
     mem_total = state.mem_total[slots[rows]]
-    key = np.where(usable[rows], (core_free << _MEMORY_BITS) + mem_free, -1)
+    # Unusable columns (padding, other models) sort below any real GPU, even one whose free
+    # core or memory is negative because bound pods over-allocated it.
+    key = np.where(usable[rows], (core_free << _MEMORY_BITS) + mem_free, np.iinfo(np.int64).min)
     # The last GPU among equals, as a stable sort by (core free, memory free) would put last.
     width = key.shape[1]
     best = width - 1 - np.argmax(key[:, ::-1], axis=1)
