@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from agent import hamicache
 from agent.admissions import AdmissionLedger
 from agent.metrics import AgentMetrics
 
@@ -105,8 +106,14 @@ class AdmissionSweeper:
         metrics: AgentMetrics,
         grace_s: float = DEFAULT_GRACE_S,
         clock: Callable[[], float] = time.monotonic,
+        cache_root: Callable[[], str] = lambda: "",
     ) -> None:
-        """`clock` must be the ledger's clock: admission times are compared with it."""
+        """`clock` must be the ledger's clock: admission times are compared with it.
+
+        `cache_root`: the HAMi cache root; each sweep removes the directories of pods no longer
+        on the node (their PostStopPodSandbox may never have reached the agent).
+        """
+        self._cache_root = cache_root
         self._source = source
         self._ledger = ledger
         self._metrics = metrics
@@ -131,4 +138,7 @@ class AdmissionSweeper:
                 )
             if stale:
                 self._metrics.admitted_pods.set(len(self._ledger.pods()))
+            live = {p.uid for p in pods if not p.finished} | set(self._ledger.pods())
+        for name in hamicache.remove_orphans(self._cache_root(), live_uids=live, min_age_s=self._grace):
+            log.info("removed HAMi cache directory %s: its pod is no longer %s", name, self._source.where)
         return stale

@@ -127,7 +127,8 @@ class Agent:
             )
             self.rebuilder = rebuilder
             sweeper = AdmissionSweeper(
-                pods, ledger=self.ledger, metrics=self.metrics, grace_s=config.admission_sweep_grace_s, clock=clock
+                pods, ledger=self.ledger, metrics=self.metrics, grace_s=config.admission_sweep_grace_s, clock=clock,
+                cache_root=lambda: config.isolation_paths.hami_cache_root,
             )
 
             def sweep() -> None:

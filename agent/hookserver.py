@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import glob
 import logging
 import os
-import shutil
 from collections.abc import Callable
 from concurrent import futures
 
 import grpc
 
+from agent import hamicache
 from agent.admissions import AdmissionLedger
 from agent.hook import NO_ANSWER, HookDecision, HookRequest, HookSettings, decide
 from agent.metrics import AgentMetrics
@@ -102,10 +101,7 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
             log.info("pod %s/%s (%s) stopped: its GPU shares are free again", request.pod.namespace, request.pod.name, uid)
             self._metrics.admitted_pods.set(len(self.ledger.pods()))
         # The per-container HAMi cache directories of the pod are no longer used by anyone.
-        if uid and "/" not in uid and not uid.startswith("."):
-            root = self._cache_root()
-            for path in glob.glob(os.path.join(glob.escape(root), f"{glob.escape(uid)}_*")) if root else []:
-                shutil.rmtree(path, ignore_errors=True)
+        hamicache.remove_pod_dirs(self._cache_root(), uid)
         return hooks_pb2.HookResponse()
 
     def PreRunPodSandbox(

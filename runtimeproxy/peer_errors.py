@@ -50,7 +50,9 @@ def connection_error(conn: ConnectionState, side: Side, violation: h2.Violation)
     )
     debug = violation.reason.encode()[:_DEBUG_MAX]
     if side is Side.CLIENT:
-        conn.client.write(h2.goaway(conn.goaway_last_sid(), violation.code, debug))
+        # a server's first frame must be SETTINGS (RFC 9113 §3.4), even before a GOAWAY
+        preface = b"" if conn.server_started else h2.settings()
+        conn.client.write(preface + h2.goaway(conn.goaway_last_sid(), violation.code, debug))
         if conn.backend is not None:
             conn.backend.write(h2.goaway(0, h2.NO_ERROR))
     else:

@@ -1,0 +1,58 @@
+{{/* The image reference: repository:tag, pinned by @digest when one is given. */}}
+{{- define "fgpu.image" -}}
+{{- $ref := printf "%s:%s" .repository (toString .tag) -}}
+{{- if .digest -}}{{- $ref = printf "%s@%s" $ref .digest -}}{{- end -}}
+{{- $ref -}}
+{{- end -}}
+
+{{/* The service account name the API server gives a pod of `name` in the release namespace. */}}
+{{- define "fgpu.serviceAccountUser" -}}
+system:serviceaccount:{{ .ns }}:{{ .name }}
+{{- end -}}
+
+{{/* Refuses values the chart cannot render into a working install. */}}
+{{- define "fgpu.validate" -}}
+{{- if not (has .Values.mode (list "extender" "standalone")) -}}
+{{- fail (printf "mode=%q: use extender (the default: kube-scheduler with fgpu-scheduler as its extender) or standalone" (toString .Values.mode)) -}}
+{{- end -}}
+{{- if not (has .Values.signingKeys.source (list "generate" "existing" "values")) -}}
+{{- fail (printf "signingKeys.source=%q: use generate, existing or values" (toString .Values.signingKeys.source)) -}}
+{{- end -}}
+{{- if not (has .Values.webhook.tls.source (list "helm" "certManager" "existing")) -}}
+{{- fail (printf "webhook.tls.source=%q: use helm, certManager or existing" (toString .Values.webhook.tls.source)) -}}
+{{- end -}}
+{{- $pools := .Values.agent.pools -}}
+{{- if not $pools -}}
+{{- fail "agent.pools is empty: give at least one pool, e.g. [{name: default, isolation: hami-core}]" -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- $selectors := dict -}}
+{{- range $pools -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$" (toString .name)) -}}
+{{- fail (printf "agent.pools: name %q must be a DNS label of at most 32 characters" (toString .name)) -}}
+{{- end -}}
+{{- if hasKey $seen .name -}}
+{{- fail (printf "agent.pools: pool %q is listed twice" .name) -}}
+{{- end -}}
+{{- $_ := set $seen .name true -}}
+{{- if not (has .isolation (list "hami-core" "mps" "none")) -}}
+{{- fail (printf "agent.pools[%s].isolation=%q: use hami-core, mps or none" .name (toString .isolation)) -}}
+{{- end -}}
+{{- if and (gt (len $pools) 1) (not .nodeSelector) -}}
+{{- fail (printf "agent.pools[%s] has no nodeSelector: with more than one pool each needs one, or two agents would run on one node" .name) -}}
+{{- end -}}
+{{- $key := toJson (.nodeSelector | default dict) -}}
+{{- if hasKey $selectors $key -}}
+{{- fail (printf "agent.pools[%s] has the nodeSelector of pool %s: each node runs one agent" .name (get $selectors $key)) -}}
+{{- end -}}
+{{- $_ := set $selectors $key .name -}}
+{{- end -}}
+{{- if and .Values.hamiCore.install (not .Values.hamiCore.image.digest) -}}
+{{- fail "hamiCore.image.digest is empty: HAMi's image is pulled by digest (sha256:...), or set hamiCore.install=false and install libvgpu.so on the nodes yourself" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A pool's object name suffix: "" for the pool named default, "-<name>" otherwise. */}}
+{{- define "fgpu.poolSuffix" -}}
+{{- if ne .name "default" -}}-{{ .name }}{{- end -}}
+{{- end -}}
