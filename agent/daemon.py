@@ -27,6 +27,8 @@ from prometheus_client import start_http_server
 
 from agent.admissions import AdmissionLedger
 from agent.admissionsweep import AdmissionSweeper, PodSource
+from agent.backendcheck import Files
+from agent.backendreport import IsolationMonitor
 from agent.cgroups import PidResolver
 from agent.checkpoint import CheckpointReader
 from agent.config import AgentConfig
@@ -70,7 +72,11 @@ class Agent:
         metrics: AgentMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         discovery_wait_s: float = DISCOVERY_WAIT_S,
+        isolation_files: Files | None = None,
     ) -> None:
+        """`isolation_files`: where the isolation backend's files are read (`agent.backendcheck.HostFiles`
+        on a node); with them the agent checks its backend, reports it (condition, Event, metric) and
+        refuses shares the backend cannot enforce. None (a fake-NVML test rig): no check."""
         self.config = config
         self._discovery_wait_s = discovery_wait_s
         self.node_name = node_name
@@ -106,6 +112,15 @@ class Agent:
             ),
         )
         self.loops: list[ReportLoop] = []
+        self.isolation: IsolationMonitor | None = None
+        if isolation_files is not None:
+            self.isolation = IsolationMonitor(
+                node_name=node_name, isolation=config.isolation, paths=config.isolation_paths,
+                metrics=self.metrics, kube=kube, files=isolation_files, clock=clock,
+            )
+            self.loops.append(ReportLoop(
+                target="isolation", report=self.isolation.report, resync_s=config.report_resync_s, metrics=self.metrics
+            ))
         self.kube_reporter: KubeReporter | None = None
         #: Not in `loops`: device changes say nothing about pods; they poke it only while the
         #: ledger rebuild still waits for GPUs.
@@ -176,6 +191,8 @@ class Agent:
         self.worker.start()
         if self.rebuilder is not None:
             self._rebuild_ledger(self.rebuilder)
+        if self.isolation is not None:
+            self.isolation.refresh()  # the hook's first answer already knows the backend
         self.hook.start()
         for loop in self.loops:
             loop.start()
@@ -215,6 +232,7 @@ class Agent:
             key=self._keys.verifying_keys(),
             isolation=self.config.isolation,
             paths=self.config.isolation_paths,
+            backend_problem=self.isolation.current().problem if self.isolation is not None else "",
         )
 
     def _rebuild_ledger(self, rebuilder: LedgerRebuilder) -> None:

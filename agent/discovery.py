@@ -103,7 +103,19 @@ def _read_gpu(nvml: NVML, handle: Any, *, index: int, uuid: str, topology: PciTo
         ),
         mig_enabled=mig_enabled,
         mig_instances=_mig_instances(nvml, handle) if mig_enabled else (),
+        power_limit_watts=_power_limit_watts(nvml, handle),
     )
+
+
+def _power_limit_watts(nvml: NVML, handle: Any) -> int:
+    """The power management limit in watts; 0 where NVML has none (NotSupported on some boards)."""
+    try:
+        return int(nvml.nvmlDeviceGetPowerManagementLimit(handle)) // 1000  # NVML answers in milliwatts
+    except nvmlapi.GPU_GONE_ERRORS:
+        raise
+    except nvmlapi.NVMLError as err:
+        log.debug("power limit: %s", nvmlapi.error_text(err))
+        return 0
 
 
 def _nvlink_peers(nvml: NVML, handle: Any) -> tuple[NVLinkPeer, ...]:

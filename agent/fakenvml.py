@@ -211,6 +211,12 @@ class FakeNVML:
     def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> Any:
         return self.nvmlDeviceGetPciInfo_v3(handle)
 
+    def nvmlDeviceGetPowerManagementLimit(self, handle: FakeHandle) -> int:
+        g = self._gpu("nvmlDeviceGetPowerManagementLimit", handle)
+        if g.power_limit_watts is None or handle.mig_index >= 0:
+            raise _error("NotSupported")
+        return g.power_limit_watts * 1000  # milliwatts, as NVML answers
+
     # --- pynvml: NVLink -----------------------------------------------------------------
 
     def nvmlDeviceGetNvLinkState(self, handle: FakeHandle, link: int) -> int:

@@ -10,8 +10,9 @@ all (the proxy's own `void` rule hides the GPUs from it). A pod with one gets it
 allocation is signed for this pod on this node and fits the node as it is
 now: every GPU present and healthy, MIG shares on MIG instances that exist,
 and no GPU given more than it has, counting what the pods admitted before
-hold (`held`, from `agent.admissions.AdmissionLedger`). Anything else is refused with a reason a
-person can act on, which the proxy turns into a failed CreateContainer.
+hold (`held`, from `agent.admissions.AdmissionLedger`). A limited share is refused while the
+isolation backend cannot enforce it (`HookSettings.backend_problem`). Anything else is refused with
+a reason a person can act on, which the proxy turns into a failed CreateContainer.
 
 Each container gets only the GPUs the allocation names it for, each limited to
 its own part (`apis.container_split`); a container named for none, such as a
@@ -27,9 +28,9 @@ from agent.admissions import GPUHeld, Hold
 from agent.isolation import ContainerEdits, Isolation, IsolationPaths, VisibleGPU, edits_for, void_edits
 from agent.pcitopology import sysfs_bus_id
 from apis import names
-from apis.allocation import Allocation, AllocationError, ContainerShare, GPUShare, lists_gpus
+from apis.allocation import Allocation, AllocationError, GPUShare, decode_allocation, share_memory_bytes
 from apis.devices import GPUInfo, NodeDevices
-from apis.signing import SignatureError, VerifyingKeys, verify_pod_annotations
+from apis.signing import SignatureError, VerifyingKeys, verified_annotation
 
 _MAX_PERCENT = 100
 _MIB = 1 << 20
@@ -68,6 +69,9 @@ class HookSettings:
     key: VerifyingKeys
     isolation: Isolation = Isolation.HAMI_CORE
     paths: IsolationPaths = field(default_factory=IsolationPaths)
+    #: Why the isolation backend cannot enforce a share on this node now (`agent.backendcheck`);
+    #: empty when it can. Limited shares are then refused; whole GPUs and MIG instances are not.
+    backend_problem: str = ""
 
 
 def decide(
@@ -80,18 +84,28 @@ def decide(
     """`held`: per GPU UUID, what other pods admitted on this node hold (not this pod's own entry)."""
     held = held or {}
     who = f"pod {request.pod_namespace}/{request.pod_name} ({request.pod_uid})"
-    if not lists_gpus(request.annotations.get(names.DEVICE_ALLOCATED)):
-        # No allocation, or one that lists no GPU (it grants nothing, so it needs no signature):
-        # the proxy's own rule gives the container `void`.
+    # Read once (as `lists_gpus` reads it), then its signature checked (as `verify_pod_annotations`
+    # checks it, which would read it again): the JSON and its quantities cost as much as the signature.
+    annotation = request.annotations.get(names.DEVICE_ALLOCATED)
+    if not annotation:
+        return NO_ANSWER
+    unreadable: AllocationError | None = None
+    try:
+        allocation: Allocation | None = decode_allocation(annotation)
+    except AllocationError as err:
+        allocation, unreadable = None, err
+    if allocation is not None and not allocation.gpus:
+        # An allocation that lists no GPU grants nothing, so it needs no signature: the proxy's own
+        # rule gives the container `void`. One that cannot be read is refused, after its signature.
         return NO_ANSWER
     try:
-        allocation = verify_pod_annotations(
+        verified_annotation(
             settings.key, pod_uid=request.pod_uid, node_name=settings.node_name, annotations=request.annotations
         )
-    except (SignatureError, AllocationError) as err:
+    except SignatureError as err:
         return HookDecision(rejection=f"{who}: GPU allocation refused: {err}")
-    if allocation is None or not allocation.gpus:
-        return NO_ANSWER
+    if allocation is None:
+        return HookDecision(rejection=f"{who}: GPU allocation refused: {unreadable}")
     if not allocation.names_containers:
         return HookDecision(rejection=(
             f"{who}: the GPU allocation does not say which of the pod's containers get the GPUs "
@@ -134,7 +148,7 @@ def decide(
                     uuid=mig.uuid, core_percent=part.core_percent, memory_bytes=mig.memory_bytes, unlimited=True
                 )))
             continue
-        share_bytes = _share_memory(share, gpu)
+        share_bytes = share_memory_bytes(share, gpu_memory_bytes=gpu.memory_bytes)
         if not share.whole and share_bytes < _MIB:
             problems.append(
                 f"gpu[{i}] {gpu.uuid}: memory share of {share_bytes} bytes is under 1 MiB, a limit no isolation "
@@ -147,7 +161,7 @@ def decide(
         holds.append(Hold(gpu_uuid=gpu.uuid, core_percent=share.core_percent, memory_bytes=share_bytes))
         if part is None:
             continue
-        part_bytes = _part_memory(part, gpu)
+        part_bytes = share_memory_bytes(part, gpu_memory_bytes=gpu.memory_bytes)
         if part.core_percent == 0 and share.core_percent > 0:
             # 0% reads as "no limit" to both backends: the container would take the pod's whole card.
             problems.append(
@@ -197,6 +211,12 @@ def decide(
     # CUDA ordinals follow PCI bus order (the hook sets CUDA_DEVICE_ORDER=PCI_BUS_ID), so the
     # per-GPU limits must be listed in that order too.
     ordered = [v for _, v in sorted(visible, key=lambda kv: kv[0])]
+    if settings.backend_problem and settings.isolation is not Isolation.NONE and any(not v.unlimited for v in ordered):
+        return HookDecision(rejection=(
+            f"{who}: node {settings.node_name} cannot enforce a GPU share now: {settings.backend_problem}. "
+            "Whole GPUs and MIG instances still work here; the pod needs a node whose FgpuIsolationReady "
+            "condition is True"
+        ))
     edits = edits_for(
         ordered,
         isolation=settings.isolation,
@@ -206,8 +226,6 @@ def decide(
         request_env=request.env_names,
     )
     return HookDecision(edits=edits, allocation=allocation, holds=tuple(holds))
-
-
 
 
 def holds_of(allocation: Allocation, devices: NodeDevices) -> tuple[Hold, ...]:
@@ -225,7 +243,10 @@ def holds_of(allocation: Allocation, devices: NodeDevices) -> tuple[Hold, ...]:
         if share.mig_uuid:
             holds.append(Hold(gpu_uuid=gpu.uuid, mig_uuid=share.mig_uuid, core_percent=share.core_percent))
         else:
-            holds.append(Hold(gpu_uuid=gpu.uuid, core_percent=share.core_percent, memory_bytes=_share_memory(share, gpu)))
+            holds.append(Hold(
+                gpu_uuid=gpu.uuid, core_percent=share.core_percent,
+                memory_bytes=share_memory_bytes(share, gpu_memory_bytes=gpu.memory_bytes),
+            ))
     return tuple(holds)
 
 
@@ -274,27 +295,6 @@ def _check_share(share: GPUShare, gpu: GPUInfo, *, seen_mig: set[str]) -> str:
     if share.memory_bytes > gpu.memory_bytes:
         return f"memory {share.memory_bytes} bytes is more than the GPU's {gpu.memory_bytes}"
     return ""
-
-
-def _part_memory(part: ContainerShare, gpu: GPUInfo) -> int:
-    if part.memory_bytes:
-        return part.memory_bytes
-    if part.whole:
-        return gpu.memory_bytes
-    return gpu.memory_bytes * part.memory_ratio_percent // 100
-
-
-def _share_memory(share: GPUShare, gpu: GPUInfo) -> int:
-    """The bytes a share may use on this GPU.
-
-    Koordinator-style allocations may carry only gpu-memory-ratio (no gpu-memory), which the
-    codec reads as 0 bytes; the ratio of this GPU's real size is what the scheduler meant.
-    """
-    if share.memory_bytes:
-        return share.memory_bytes
-    if share.whole:
-        return gpu.memory_bytes
-    return gpu.memory_bytes * share.memory_ratio_percent // 100
 
 
 def _pods_text(pods: frozenset[str], *, shown: int = 3) -> str:

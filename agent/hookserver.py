@@ -14,6 +14,7 @@ import contextlib
 import errno
 import logging
 import os
+import stat
 from collections.abc import Callable
 from concurrent import futures
 
@@ -69,25 +70,29 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
                 if not lists_gpus(hook_request.annotations.get(names.DEVICE_ALLOCATED)):
                     return self._response(NO_ANSWER)
                 return self._response(HookDecision(rejection=f"fgpu agent cannot verify GPU allocations: {err}"))
+            devices = self._devices()
             # Check and record under one lock: two pods racing for the last share of a GPU
             # must not both see it free.
             with self.ledger.lock:
                 decision = decide(
                     hook_request,
-                    devices=self._devices(),
+                    devices=devices,
                     settings=settings,
                     held=self.ledger.held(excluding=hook_request.pod_uid),
                 )
                 response = self._response(decision)
-                if decision.edits is not None and not response.HasField("rejection"):
+                admitted = decision.edits is not None and not response.HasField("rejection")
+                if admitted:
                     self.ledger.record(pod_uid=hook_request.pod_uid, holds=decision.holds)
                     self._metrics.admitted_pods.set(len(self.ledger.pods()))
-                    env = dict(decision.edits.envs)
-                    log.info(
-                        "pod %s/%s container %s: GPUs %s, isolation %s", pod.namespace, pod.name,
-                        hook_request.container_name,
-                        env.get(names.NVIDIA_VISIBLE_DEVICES, ""), env.get(names.FGPU_ISOLATION, ""),
-                    )
+            # logged outside the lock: a slow stderr must not hold up the next container's decision
+            if admitted and decision.edits is not None and log.isEnabledFor(logging.INFO):
+                env = dict(decision.edits.envs)
+                log.info(
+                    "pod %s/%s container %s: GPUs %s, isolation %s", pod.namespace, pod.name,
+                    hook_request.container_name,
+                    env.get(names.NVIDIA_VISIBLE_DEVICES, ""), env.get(names.FGPU_ISOLATION, ""),
+                )
         except Exception as err:  # a bug must not take the hook server down
             log.exception("PreCreateContainer for pod %s/%s failed", pod.namespace, pod.name)
             context.abort(grpc.StatusCode.INTERNAL, f"fgpu agent: internal error deciding GPU edits: {err}")
@@ -164,6 +169,15 @@ def make_shared_dir(path: str) -> None:
     Sticky: on the node-wide lock directory one container's user cannot delete
     another's lock files.
     """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        # Every GPU container's admission passes here, and the directories stay once made: one
+        # lstat (a link is not a directory to it) instead of five syscalls when nothing is to change.
+        if stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o1777 and st.st_uid == os.geteuid():
+            return
     os.makedirs(path, exist_ok=True)
     # Opened without following a symlink, checked to be ours, then changed through the open
     # descriptor: a link planted at `path` must not make some other directory world-writable.

@@ -87,6 +87,8 @@ class GPUSpec:
     processes: tuple[ProcessSpec, ...] = ()
     supports_events: bool = True
     lost: bool = False
+    #: None: nvmlDeviceGetPowerManagementLimit raises NotSupported.
+    power_limit_watts: int | None = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ def profile_slices(profile: str) -> int | None:
 
 _GPU_FIELDS = {
     "uuid", "name", "memory", "minor", "busId", "numaNode", "socketId", "pcieRoot", "nvlinks", "mig",
-    "utilization", "memoryUsed", "processes", "events", "lost",
+    "utilization", "memoryUsed", "processes", "events", "lost", "powerLimitWatts",
 }
 
 
@@ -185,6 +187,7 @@ def _gpu(raw: object, *, index: int, where: str) -> GPUSpec:
         processes=tuple(_process(p, f"{where}.processes[{i}]") for i, p in enumerate(_list(m, "processes", where))),
         supports_events=_bool(m.get("events", True), f"{where}.events"),
         lost=_bool(m.get("lost", False), f"{where}.lost"),
+        power_limit_watts=_watts(m.get("powerLimitWatts"), f"{where}.powerLimitWatts"),
     )
 
 
@@ -333,6 +336,15 @@ def _percent(value: object, where: str) -> int:
     n = _int(value, where)
     if not 0 <= n <= 100:
         raise InventoryError(f"{where}: {n} is not a percentage; write 0..100")
+    return n
+
+
+def _watts(value: object, where: str) -> int | None:
+    if value is None:
+        return None
+    n = _int(value, where)
+    if n <= 0:
+        raise InventoryError(f"{where}: {n} is not a power limit; write whole watts such as 700, or leave it out")
     return n
 
 

@@ -24,6 +24,8 @@ JSON = dict[str, Any]
 
 REQUEST_TIMEOUT_S = 10.0
 _MERGE_PATCH = "application/merge-patch+json"
+#: Lists merge by their key (conditions by type), so the agent's condition leaves kubelet's alone.
+_STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
 
 class Kube:
@@ -66,6 +68,16 @@ class Kube:
     def patch_node_status(self, name: str, status: JSON) -> JSON:
         return _json(self._call(self._core.patch_node_status, name=name, body={"status": status},
                                 _content_type=_MERGE_PATCH))
+
+    def patch_node_conditions(self, name: str, conditions: list[JSON]) -> JSON:
+        """Sets these conditions on the node, each merged by its type; the others stay as they are."""
+        return _json(self._call(self._core.patch_node_status, name=name, body={"status": {"conditions": conditions}},
+                                _content_type=_STRATEGIC_PATCH))
+
+    # --- events --------------------------------------------------------------------------
+
+    def create_event(self, namespace: str, body: JSON) -> JSON:
+        return _json(self._call(self._core.create_namespaced_event, namespace=namespace, body=body))
 
     # --- pods ----------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any
 
 from agent import reporting
+from agent.backendcheck import HostFiles
 from agent.cgroups import PidResolver
 from agent.checkpoint import CheckpointReader
 from agent.config import AgentConfig, load_config_file, resolve_node_name, with_overrides
@@ -165,7 +166,11 @@ def run_daemon(config: AgentConfig, *, node_name: str) -> int:
     nvml, topology = nvml_for(config)
     kube = Kube.connect(kubeconfig=config.kubeconfig) if config.report_to_kubernetes else None
     scheduler = SchedulerReporter(config.scheduler, tls_files=config.scheduler_tls) if config.scheduler else None
-    agent = Agent(config, node_name=node_name, nvml=nvml, topology=topology, kube=kube, scheduler=scheduler)
+    # A fake-NVML node (local stacks, tests) has no GPU whose shares need enforcing: no backend check.
+    files = None if config.fake_nvml else HostFiles()
+    agent = Agent(
+        config, node_name=node_name, nvml=nvml, topology=topology, kube=kube, scheduler=scheduler, isolation_files=files
+    )
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

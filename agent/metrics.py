@@ -72,6 +72,12 @@ class AgentMetrics:
         self.hook_decisions = Counter(
             "fgpu_agent_hook_decisions_total", "PreCreateContainer answers.", ["outcome"], registry=r
         )
+        self.isolation_ready = Gauge(
+            "fgpu_agent_isolation_ready",
+            "1 when the node's isolation backend can enforce GPU shares (0: the hook refuses shares; reason says why).",
+            ["isolation", "reason"], registry=r,
+        )
+        self._isolation_labels: tuple[str, str] | None = None
         self._gpu_labels: set[str] = set()
         self._pod_labels: set[tuple[str, str]] = set()
         self._health_labels: set[tuple[str, str]] = set()
@@ -85,6 +91,14 @@ class AgentMetrics:
         for g in devices.gpus:
             self.gpu_healthy.labels(g.uuid, g.model_label).set(1 if g.healthy else 0)
             self.gpu_memory_total.labels(g.uuid).set(g.memory_bytes)
+
+    def observe_isolation(self, isolation: str, *, ready: bool, reason: str) -> None:
+        """One series at a time: the backend and why it is (not) ready."""
+        labels = (isolation, reason)
+        if self._isolation_labels is not None and self._isolation_labels != labels:
+            self.isolation_ready.remove(*self._isolation_labels)
+        self._isolation_labels = labels
+        self.isolation_ready.labels(*labels).set(1 if ready else 0)
 
     def observe_usage(self, usage: Iterable[GPUUsage]) -> None:
         gpus: set[str] = set()

@@ -112,6 +112,24 @@ class Allocation:
         return tuple(g.mig_uuid or g.uuid for g in self.gpus)
 
 
+def share_memory_bytes(share: GPUShare | ContainerShare, *, gpu_memory_bytes: int) -> int:
+    """The bytes of memory a share (or a container's part of one) may use on a GPU of `gpu_memory_bytes`.
+
+    The one place this is decided, for the node's hook and the scheduler's counts alike:
+    gpu-memory when the allocation gives it; else gpu-memory-ratio of this GPU's size
+    (Koordinator may write only the ratio, which the codec reads as 0 bytes); else, for a
+    share of all the GPU's compute, all of its memory (a whole GPU); else nothing.
+    A MIG share's memory is its instance's, not this.
+    """
+    if share.memory_bytes:
+        return share.memory_bytes
+    if share.memory_ratio_percent:
+        return gpu_memory_bytes * share.memory_ratio_percent // _MAX_PERCENT
+    if share.core_percent == _MAX_PERCENT:
+        return gpu_memory_bytes
+    return 0
+
+
 def encode_allocation(allocation: Allocation) -> str:
     """The canonical annotation value for `allocation`.
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from apis.allocation import Allocation, ContainerShare, GPUShare
+from apis.allocation import Allocation, ContainerShare, GPUShare, share_memory_bytes
 from apis.device_request import DeviceRequest
 from apis.pods import ContainerKind
 from apis.request import ContainerRequest
@@ -59,7 +59,10 @@ def split_allocation(
     parts: dict[int, list[ContainerShare]] = {i: [] for i in range(len(allocation.gpus))}
 
     def full_rooms() -> list[_Room]:
-        return [_Room(i, s.core_percent, _share_memory(s, totals[i])) for i, s in enumerate(allocation.gpus)]
+        return [
+            _Room(i, s.core_percent, share_memory_bytes(s, gpu_memory_bytes=totals[i]))
+            for i, s in enumerate(allocation.gpus)
+        ]
 
     # Everything that runs for the pod's lifetime shares the cards.
     running = [c for c in containers if c.kind is not ContainerKind.INIT]
@@ -147,10 +150,3 @@ def _total_memory(share: GPUShare, gpu_memory: Mapping[str, int]) -> int:
         raise SplitError(f"GPU {share.uuid or f'minor {share.minor}'}: its memory size is not known")
     return total
 
-
-def _share_memory(share: GPUShare, total: int) -> int:
-    if share.memory_bytes:
-        return share.memory_bytes
-    if share.whole:
-        return total
-    return total * share.memory_ratio_percent // _FULL

@@ -15,32 +15,31 @@ those travel in the `fgpu.io/device-extras` annotation as JSON, e.g.::
 
 A Device written by Koordinator's koordlet has no such annotation and reads
 fine: the missing facts take their defaults.
+
+Which fact goes where (a Koordinator field of the entry or a key of the extras)
+is the field table's, apis/device_fields.py; this module walks it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from apis import names
-from apis.inventory import (
-    LABEL_VALUE_MAX,
-    ExternalHolder,
-    GPUInfo,
-    MIGInstance,
-    NodeDevices,
-    NVLinkPeer,
-    Topology,
-)
+from apis import device_fields, names
+from apis.device_fields import Extra, Field, Kind, Koordinator, Record, Seen
+from apis.inventory import LABEL_VALUE_MAX, GPUInfo, NodeDevices
 from apis.quantity import QuantityError, format_bytes, parse_quantity
 
 # The name these warnings were always logged under (apis/devices.py before the split).
 log = logging.getLogger("apis.devices")
 
 _EXTRAS_VERSION = 1
+#: A key the object does not have (as opposed to one set to null).
+_ABSENT = object()
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
@@ -104,137 +103,135 @@ def from_device_object(obj: Mapping[str, Any]) -> NodeDevices:
         if entry.get("type") != names.DEVICE_TYPE_GPU:
             continue
         gpus.append(_gpu_from_spec(entry, labels=labels, extras=gpu_extras, where=where))
-    return NodeDevices(
-        node_name=node_name,
-        gpus=tuple(gpus),
-        driver_version=_str(extras.get("driverVersion"), labels.get(names.NODE_GPU_DRIVER_VERSION, "")),
-        cuda_driver_version=_str(extras.get("cudaDriverVersion"), ""),
-        external_holders=tuple(
-            ExternalHolder(
-                gpu_uuid=_str(h.get("gpuUUID"), ""),
-                pod_uid=_str(h.get("podUID"), ""),
-                container_name=_str(h.get("containerName"), ""),
-                resource_name=_str(h.get("resourceName"), ""),
-            )
-            for h in _list_of_mappings(extras.get("externalHolders"))
-        ),
-        discovery_error=_str(extras.get("discoveryError"), ""),
-    )
+    values = _read_extras(device_fields.NODE, extras, seen=Seen(labels=labels, entry={}, values={}))
+    values["node_name"] = node_name
+    values["gpus"] = tuple(gpus)
+    devices: NodeDevices = device_fields.build(NodeDevices, values)
+    return devices
 
 
 def _gpu_to_spec(gpu: GPUInfo) -> dict[str, Any]:
-    topo = gpu.topology
-    return {
-        "type": names.DEVICE_TYPE_GPU,
-        "id": gpu.uuid,
-        "minor": gpu.minor,
-        "health": gpu.healthy,
-        "resources": {
-            names.GPU_CORE: "100",
-            names.GPU_MEMORY: format_bytes(gpu.memory_bytes),
-            names.GPU_MEMORY_RATIO: "100",
-        },
-        "topology": {
-            "socketID": topo.socket_id,
-            "nodeID": topo.numa_node,
-            "pcieID": topo.pcie_root,
-            "busID": topo.bus_id,
-        },
-    }
+    entry: dict[str, Any] = {"type": names.DEVICE_TYPE_GPU}
+    for field in device_fields.GPU.fields:
+        if isinstance(field.device, Koordinator):
+            *path, name = field.device.path
+            target = entry
+            for part in path:
+                target = target.setdefault(part, {})
+            target[name] = _to_json(field, device_fields.value_of(gpu, field.attr))
+    # Koordinator lists each device's whole capacity: all its compute and memory ratio beside its bytes.
+    entry["resources"] = {names.GPU_CORE: "100", **entry.get("resources", {}), names.GPU_MEMORY_RATIO: "100"}
+    return entry
 
 
 def _gpu_from_spec(
     entry: Mapping[str, Any], *, labels: Mapping[str, Any], extras: Mapping[str, Any], where: str
 ) -> GPUInfo:
-    uuid = _str(entry.get("id"), "")
-    minor = entry.get("minor")
-    if isinstance(minor, bool) or not isinstance(minor, int) or minor < 0:
-        raise DeviceError(f"{where}.minor={minor!r} must be an integer >= 0 (the N of /dev/nvidiaN)")
-    resources = _mapping(entry.get("resources"), where=f"{where}.resources")
-    memory = resources.get(names.GPU_MEMORY, 0)
+    values: dict[str, object] = {}
+    seen = Seen(labels=labels, entry=entry, values=values)
+    for field in device_fields.GPU.fields:
+        if isinstance(field.device, Koordinator):
+            values[field.attr] = _read_spec(field, field.device.path, entry, seen=seen, where=where)
+    uuid = values["uuid"]
+    extra = _loose_mapping(extras.get(uuid) if isinstance(uuid, str) and uuid else None)
+    values.update(_read_extras(device_fields.GPU, extra, seen=seen))
+    gpu: GPUInfo = device_fields.build(GPUInfo, values)
+    return gpu
+
+
+def _extras_of(record: Record, value: object) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field in record.fields:
+        if not isinstance(field.device, Extra):
+            continue
+        data = device_fields.value_of(value, field.attr)
+        if field.omit_default and data == device_fields.default_of(record.cls, field.attr):
+            continue
+        out[field.device.key] = _to_json(field, data)
+    return out
+
+
+def _to_json(field: Field, data: Any) -> Any:
+    if field.kind is Kind.BYTES:
+        return format_bytes(data)
+    if field.kind is Kind.RECORDS:
+        assert field.records is not None
+        records = field.records
+        return [_extras_of(records, item) for item in data]
+    return data
+
+
+def _read_spec(field: Field, path: tuple[str, ...], entry: Mapping[str, Any], *, seen: Seen, where: str) -> object:
+    """A Koordinator field of a spec entry; its objects must be objects, its minor and memory readable."""
+    target: Mapping[str, Any] = entry
+    for i, part in enumerate(path[:-1]):
+        target = _mapping(target.get(part), where=where + _path_text(path[: i + 1]))
+    place = where + _path_text(path)
+    raw = target.get(path[-1], _ABSENT)
+    if field.kind is Kind.MINOR:
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            shown = None if raw is _ABSENT else raw
+            raise DeviceError(f"{place}={shown!r} must be an integer >= 0 (the N of /dev/nvidiaN)")
+        return raw
+    if field.kind is Kind.BYTES:
+        return _whole_bytes(0 if raw is _ABSENT else raw, field=place)
+    return _from_json(field, None if raw is _ABSENT else raw, record=device_fields.GPU, seen=seen)
+
+
+def _read_extras(record: Record, extra: Mapping[str, Any], *, seen: Seen) -> dict[str, object]:
+    return {
+        field.attr: _from_json(field, extra.get(field.device.key), record=record, seen=seen)
+        for field in record.fields
+        if isinstance(field.device, Extra)
+    }
+
+
+def _from_json(field: Field, raw: object, *, record: Record, seen: Seen) -> object:
+    """Tolerant: a value of the wrong type reads as the default, as a missing one does."""
+    if field.kind in (Kind.FLAG, Kind.HEALTH):
+        return raw is True
+    if field.kind is Kind.RECORDS:
+        assert field.records is not None
+        records = field.records
+        items = []
+        for item in _list_of_mappings(raw):
+            values = _read_extras(records, item, seen=Seen(labels=seen.labels, entry=item, values={}))
+            items.append(device_fields.build(records.cls, values))
+        return tuple(items)
+    if field.kind is Kind.TEXT and isinstance(raw, str):
+        return raw
+    if field.kind is Kind.NUMBER and isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if field.fallback is not None:
+        return field.fallback(seen)
+    default = device_fields.default_of(record.cls, field.attr)
+    if default is not dataclasses.MISSING:
+        return default
+    return "" if field.kind is Kind.TEXT else 0
+
+
+def _whole_bytes(raw: object, *, field: str) -> int:
     try:
-        memory_q = parse_quantity(memory, field=f"{where}.resources[{names.GPU_MEMORY}]")
+        quantity = parse_quantity(raw, field=field)
     except QuantityError as exc:
         raise DeviceError(str(exc)) from exc
     except ValueError as exc:  # NaN and Infinity
-        raise DeviceError(f"{where}.resources[{names.GPU_MEMORY}]={memory!r} is not a finite quantity") from exc
-    if memory_q < 0 or memory_q.denominator != 1:
-        raise DeviceError(f"{where}.resources[{names.GPU_MEMORY}]={memory!r} must be a whole number of bytes")
-    topo = _mapping(entry.get("topology"), where=f"{where}.topology")
-    extra = _loose_mapping(extras.get(uuid) if uuid else None)
-    label_model = _str(labels.get(names.NODE_GPU_MODEL), "")
-    healthy = entry.get("health") is True
-    return GPUInfo(
-        uuid=uuid,
-        minor=minor,
-        index=_int(extra.get("index"), minor),
-        model=_str(extra.get("model"), label_model),
-        model_label=_str(extra.get("modelLabel"), label_model),
-        memory_bytes=int(memory_q),
-        healthy=healthy,
-        health_reason=_str(extra.get("healthReason"), "" if healthy else _condition_reason(entry)),
-        topology=Topology(
-            numa_node=_int(topo.get("nodeID"), -1),
-            socket_id=_int(topo.get("socketID"), -1),
-            pcie_root=_str(topo.get("pcieID"), ""),
-            bus_id=_str(topo.get("busID"), ""),
-            nvlink_peers=tuple(
-                NVLinkPeer(bus_id=_str(p.get("busID"), ""), uuid=_str(p.get("uuid"), ""), links=_int(p.get("links"), 1))
-                for p in _list_of_mappings(extra.get("nvlinkPeers"))
-            ),
-        ),
-        vendor=_str(extra.get("vendor"), _str(labels.get(names.NODE_GPU_VENDOR), "nvidia")),
-        mig_enabled=extra.get("migEnabled") is True,
-        mig_instances=tuple(
-            MIGInstance(
-                uuid=_str(m.get("uuid"), ""),
-                profile=_str(m.get("profile"), ""),
-                memory_bytes=_int(m.get("memoryBytes"), 0),
-                slices=_int(m.get("slices"), 0),
-                gpu_instance_id=_int(m.get("gpuInstanceID"), 0),
-                compute_instance_id=_int(m.get("computeInstanceID"), 0),
-                index=_int(m.get("index"), 0),
-            )
-            for m in _list_of_mappings(extra.get("migInstances"))
-        ),
-    )
+        raise DeviceError(f"{field}={raw!r} is not a finite quantity") from exc
+    if quantity < 0 or quantity.denominator != 1:
+        raise DeviceError(f"{field}={raw!r} must be a whole number of bytes")
+    return int(quantity)
+
+
+def _path_text(path: tuple[str, ...]) -> str:
+    """("resources", "koordinator.sh/gpu-memory") -> ".resources[koordinator.sh/gpu-memory]"."""
+    return f".{path[0]}" + "".join(f"[{part}]" for part in path[1:])
 
 
 def _encode_extras(devices: NodeDevices) -> str:
     extras = {
         "version": _EXTRAS_VERSION,
-        "driverVersion": devices.driver_version,
-        "cudaDriverVersion": devices.cuda_driver_version,
-        "discoveryError": devices.discovery_error,
-        "externalHolders": [
-            {"gpuUUID": h.gpu_uuid, "podUID": h.pod_uid, "containerName": h.container_name, "resourceName": h.resource_name}
-            for h in devices.external_holders
-        ],
-        "gpus": {
-            g.uuid: {
-                "index": g.index,
-                "model": g.model,
-                "modelLabel": g.model_label,
-                "vendor": g.vendor,
-                "healthReason": g.health_reason,
-                "migEnabled": g.mig_enabled,
-                "migInstances": [
-                    {
-                        "uuid": m.uuid,
-                        "profile": m.profile,
-                        "memoryBytes": m.memory_bytes,
-                        "slices": m.slices,
-                        "gpuInstanceID": m.gpu_instance_id,
-                        "computeInstanceID": m.compute_instance_id,
-                        "index": m.index,
-                    }
-                    for m in g.mig_instances
-                ],
-                "nvlinkPeers": [{"busID": p.bus_id, "uuid": p.uuid, "links": p.links} for p in g.topology.nvlink_peers],
-            }
-            for g in devices.gpus
-            if g.uuid
-        },
+        **_extras_of(device_fields.NODE, devices),
+        "gpus": {g.uuid: _extras_of(device_fields.GPU, g) for g in devices.gpus if g.uuid},
     }
     return json.dumps(extras, sort_keys=True, separators=(",", ":"))
 
@@ -252,13 +249,6 @@ def _decode_extras(text: object, *, device_name: str) -> Mapping[str, Any]:
         log.warning("Device %s: ignoring annotation %s, not a JSON object", device_name, names.DEVICE_EXTRAS)
         return {}
     return data
-
-
-def _condition_reason(entry: Mapping[str, Any]) -> str:
-    for cond in _list_of_mappings(entry.get("conditions")):
-        if cond.get("status") == "False":
-            return _str(cond.get("reason"), "") or _str(cond.get("message"), "")
-    return ""
 
 
 def _is_label_value(value: str) -> bool:
@@ -281,11 +271,3 @@ def _list_of_mappings(value: object) -> list[Mapping[str, Any]]:
     if not isinstance(value, list):
         return []
     return [v for v in value if isinstance(v, Mapping)]
-
-
-def _str(value: object, default: str) -> str:
-    return value if isinstance(value, str) else default
-
-
-def _int(value: object, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default

@@ -44,7 +44,10 @@ class MIGInstance:
 
 @dataclass(frozen=True)
 class GPUInfo:
-    """One physical GPU; see `fgpu.v1.GPU` in proto/fgpu/v1/device.proto for each field."""
+    """One physical GPU; see `fgpu.v1.GPU` in proto/fgpu/v1/device.proto for each field.
+
+    Where each field travels in the report and the Device object: apis/device_fields.py.
+    """
 
     uuid: str
     minor: int
@@ -58,6 +61,7 @@ class GPUInfo:
     vendor: str = "nvidia"
     mig_enabled: bool = False
     mig_instances: tuple[MIGInstance, ...] = ()
+    power_limit_watts: int = 0
 
 
 @dataclass(frozen=True)

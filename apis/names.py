@@ -76,6 +76,10 @@ NODE_GPU_DRIVER_VERSION: Final = "node.koordinator.sh/gpu-driver-version"
 #: Pod label marking a RuntimeHooks server pod: the proxy bypasses hooks for it,
 #: so an agent running as a pod cannot deadlock its own creation.
 HOOK_SERVER_LABEL: Final = "fgpu.io/hook-server"
+#: Pod label opting a pod out of fgpu-webhook's scheduler injection: with the value "false", a GPU pod
+#: that names no scheduler keeps kube-scheduler (e.g. for another GPU product's device plugin).
+SCHEDULER_INJECTION_LABEL: Final = "fgpu.io/inject-scheduler"
+SCHEDULER_INJECTION_OPT_OUT: Final = "false"
 
 # --- Node taints Kubernetes itself sets (kube-scheduler and the node lifecycle controller) ---
 
@@ -92,6 +96,8 @@ TAINT_NETWORK_UNAVAILABLE: Final = "node.kubernetes.io/network-unavailable"
 
 #: schedulerName of pods the standalone scheduler binds itself.
 SCHEDULER_NAME: Final = "fgpu-scheduler"
+#: The schedulerName the API server defaults an empty one to: a pod that names no scheduler.
+DEFAULT_SCHEDULER_NAME: Final = "default-scheduler"
 #: Lease used for leader election of the standalone scheduler.
 LEADER_LEASE_NAME: Final = "fgpu-scheduler"
 #: Secret (in the fgpu namespace) with the scheduler's Ed25519 private key, mounted in the scheduler only.
@@ -102,6 +108,12 @@ SIGNING_KEY_FILE: Final = "signing-key.pem"
 VERIFYING_KEYS_CONFIGMAP: Final = "fgpu-verifying-keys"
 #: Secret with the v1 HMAC cluster key of fgpu before v2 signatures; kept only for the upgrade window.
 LEGACY_SIGNING_KEY_SECRET: Final = "fgpu-signing-key"
+
+# --- Admission webhook (fgpu-webhook) -------------------------------------------
+
+#: HTTPS paths of the webhook's AdmissionReview v1 endpoints, named in the webhook configurations.
+WEBHOOK_MUTATE_PATH: Final = "/mutate"
+WEBHOOK_VALIDATE_PATH: Final = "/validate"
 
 # --- The Device custom resource (Koordinator scheduling.koordinator.sh/v1alpha1) ---
 
@@ -151,6 +163,8 @@ HAMI_CORE_POLICY: Final = "GPU_CORE_UTILIZATION_POLICY"
 ISOLATION_ENV_PREFIXES: Final = ("CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT", "CUDA_MPS_")
 #: CUDA's own device filter; limits are indexed by CUDA ordinal, so a share pins it to 0..n-1.
 CUDA_VISIBLE_DEVICES: Final = "CUDA_VISIBLE_DEVICES"
+#: Node condition the agent sets: whether the node's isolation backend can enforce GPU shares.
+ISOLATION_READY_CONDITION: Final = "FgpuIsolationReady"
 #: NVIDIA MPS: pipe directory of the MPS control daemon.
 MPS_PIPE_DIRECTORY: Final = "CUDA_MPS_PIPE_DIRECTORY"
 #: NVIDIA MPS: log directory.

@@ -50,8 +50,9 @@ KeyID = NewType("KeyID", str)
 
 _V1_DOMAIN = b"fgpu.io/allocation-signature/v1\x00"
 _V2_DOMAIN = b"fgpu.io/allocation-signature/v2\x00"
-_V1_FORMAT = re.compile(r"^v1:[0-9a-f]{64}$")
-_V2_FORMAT = re.compile(r"^v2:(?P<key_id>[0-9a-f]{16}):(?P<signature>[A-Za-z0-9_-]{86})$")
+# Matched with fullmatch: `$` also matches before a trailing newline, so "<signature>\n" would verify.
+_V1_FORMAT = re.compile(r"v1:[0-9a-f]{64}")
+_V2_FORMAT = re.compile(r"v2:(?P<key_id>[0-9a-f]{16}):(?P<signature>[A-Za-z0-9_-]{86})")
 _V2_EXPECTED = "v2:<16 hex digits of key id>:<86 base64url characters>"
 _SEED_BYTES = 32
 
@@ -176,7 +177,7 @@ def verify_allocation(keys: VerifyingKeys, *, pod_uid: str, node_name: str, anno
     if signature.startswith("v1:"):
         _verify_v1(keys, pod_uid=pod_uid, node_name=node_name, annotation=annotation, signature=signature)
         return
-    match = _V2_FORMAT.match(signature)
+    match = _V2_FORMAT.fullmatch(signature)
     if match is None:
         raise SignatureError(
             f"pod {pod_uid}: {names.ALLOCATION_SIGNATURE}={_shorten(signature)!r} has an unknown format; "
@@ -225,6 +226,18 @@ def verify_pod_annotations(
     signature is missing, malformed, made with an unknown key or does not
     match, and AllocationError when a correctly signed value cannot be read.
     """
+    annotation = verified_annotation(keys, pod_uid=pod_uid, node_name=node_name, annotations=annotations)
+    return None if annotation is None else decode_allocation(annotation)
+
+
+def verified_annotation(
+    keys: VerifyingKeys, *, pod_uid: str, node_name: str, annotations: Mapping[str, str]
+) -> str | None:
+    """`verify_pod_annotations` without the decoding: the allocation annotation once its signature checks out.
+
+    For a caller that decoded the annotation already (the node's hook decides whether it lists a
+    GPU first) and would otherwise read the same JSON twice per container.
+    """
     annotation = annotations.get(names.DEVICE_ALLOCATED)
     if annotation is None:
         return None
@@ -242,15 +255,15 @@ def verify_pod_annotations(
         annotation=annotation,
         signature=annotations.get(names.ALLOCATION_SIGNATURE, ""),
     )
-    return decode_allocation(annotation)
+    return annotation
 
 
 def signature_key_id(signature: str) -> str:
     """Which key made `signature`: its key id for v2, "v1" for an HMAC one, "" when unsigned or unreadable."""
-    match = _V2_FORMAT.match(signature)
+    match = _V2_FORMAT.fullmatch(signature)
     if match is not None:
         return match["key_id"]
-    return "v1" if _V1_FORMAT.match(signature) else ""
+    return "v1" if _V1_FORMAT.fullmatch(signature) else ""
 
 
 def _verify_v1(keys: VerifyingKeys, *, pod_uid: str, node_name: str, annotation: str, signature: str) -> None:
@@ -261,7 +274,7 @@ def _verify_v1(keys: VerifyingKeys, *, pod_uid: str, node_name: str, annotation:
             "signs it again, or, during the upgrade window only, set legacySigningKey to the old cluster key "
             "(docs/deploy.md)"
         )
-    if not _V1_FORMAT.match(signature):
+    if not _V1_FORMAT.fullmatch(signature):
         raise SignatureError(
             f"pod {pod_uid}: {names.ALLOCATION_SIGNATURE}={_shorten(signature)!r} has an unknown format; "
             f"expected {_V2_EXPECTED} (or v1:<64 lowercase hex digits> during the upgrade window)"

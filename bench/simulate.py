@@ -21,11 +21,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from scheduler_plugin.core.policies import policy_names
 from scheduler_plugin.sim.replay import replay
 from scheduler_plugin.sim.trace import read_nodes, read_pods
 
 WORKLOADS = ("default", "gpushare40", "gpushare60", "gpuspec10", "gpuspec20", "multigpu20", "multigpu30")
-POLICIES = ("random", "dotprod", "binpack", "spread", "bestfit", "fgd", "fgpu")
+#: every policy of the core (the columns of the table, by name)
+POLICIES = tuple(policy_names(builtin_only=True))
 SEEDS = tuple(range(42, 52))
 #: published means (FGD paper's simulator, analysis_allo_discrete.csv) as quoted in the trace README
 PUBLISHED: dict[str, dict[str, float]] = {
@@ -128,7 +130,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--traces", required=True, help="folder holding the openb_*.csv files")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
-    parser.add_argument("--policy", action="append", help="rerun only these policies (repeatable)")
+    parser.add_argument("--policy", action="append", choices=POLICIES, help="rerun only these policies (repeatable)")
     parser.add_argument("--workload", action="append", help="rerun only these workloads (repeatable)")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from apis import grpc_server
-from apis.devices import GPUInfo
-from apis.fgpu.v1 import device_pb2, scheduler_pb2, scheduler_pb2_grpc
+from apis.devices import GPUInfo, gpu_from_proto
+from apis.fgpu.v1 import scheduler_pb2, scheduler_pb2_grpc
 from scheduler_plugin.core.api import GPUView, NodeInfo, NodeView
 
 if TYPE_CHECKING:
@@ -39,17 +39,18 @@ class PodShare:
 
 @dataclass(frozen=True)
 class GPURow:
-    index: int
-    minor: int
-    uuid: str
-    model: str
-    healthy: bool
-    health_reason: str
-    memory_bytes: int
+    """One GPU as either source gives it: the agent's report of it, and what is allocated on it."""
+
+    device: GPUInfo
     allocated_core_percent: int
     allocated_memory_bytes: int
     held_externally: bool
     pods: tuple[PodShare, ...]
+
+    @property
+    def model(self) -> str:
+        """The model as fgpuctl shows it: the label form, else NVML's name."""
+        return self.device.model_label or self.device.model
 
 
 @dataclass(frozen=True)
@@ -170,16 +171,9 @@ def _row(view: NodeView) -> NodeRow:
 
 
 def _gpu_row(g: scheduler_pb2.GPUState | GPUView) -> GPURow:
-    """One GPU from either source: the message and the view spell every field alike but health."""
-    d = g.device
+    """One GPU from either source: the scheduler's message carries the report's own `fgpu.v1.GPU`."""
     return GPURow(
-        index=d.index,
-        minor=d.minor,
-        uuid=d.uuid,
-        model=d.model_label or d.model,
-        healthy=d.healthy if isinstance(d, GPUInfo) else d.health == device_pb2.HEALTHY,
-        health_reason=d.health_reason,
-        memory_bytes=d.memory_bytes,
+        device=g.device if isinstance(g, GPUView) else gpu_from_proto(g.device),
         allocated_core_percent=g.allocated_core_percent,
         allocated_memory_bytes=g.allocated_memory_bytes,
         held_externally=g.held_externally,

@@ -19,11 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from apis import names
 from fgpuctl.cluster_state import NodeRow, UnverifiedRow, from_scheduler, read_api
 
 if TYPE_CHECKING:
@@ -48,8 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("nodes", nargs="*", help="only these nodes")
 
 
+#: The Node condition fgpu-agent writes (agent/backendcheck.py CONDITION_TYPE; tests keep the two equal).
+ISOLATION_CONDITION = names.ISOLATION_READY_CONDITION
+
+
 def run(args: argparse.Namespace) -> int:
     unverified: tuple[UnverifiedRow, ...] | None = None
+    isolation: dict[str, dict[str, Any]] = {}
     try:
         if args.scheduler:
             if args.verifying_keys:
@@ -59,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             state = read_api(args.kubeconfig, args.nodes, verify=_verifier(args.verifying_keys, legacy=args.legacy_signing_key))
             rows, unverified = list(state.rows), state.unverified
+            isolation = _isolation_conditions(args.kubeconfig)
     except grpc.RpcError as exc:
         print(f"fgpuctl inspect: --scheduler={args.scheduler}: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
@@ -66,10 +73,31 @@ def run(args: argparse.Namespace) -> int:
         print(f"fgpuctl inspect: {exc}", file=sys.stderr)
         return 1
     if args.output == "json":
-        print(json.dumps(report_json(rows, unverified), indent=2, sort_keys=True))
+        print(json.dumps(report_json(rows, unverified, isolation), indent=2, sort_keys=True))
     else:
-        print(table(rows, unverified), end="")
+        print(table(rows, unverified, isolation), end="")
     return 0
+
+
+def _isolation_conditions(kubeconfig: str) -> dict[str, dict[str, Any]]:
+    """Per node, what its agent says of its isolation backend (the Node condition); nodes without one are left out."""
+    from scheduler_plugin.kube import Kube
+
+    kube = Kube.connect(kubeconfig=kubeconfig)
+    try:
+        nodes = kube.list_nodes().items
+    finally:
+        kube.close()
+    found: dict[str, dict[str, Any]] = {}
+    for node in nodes:
+        for condition in (node.get("status") or {}).get("conditions") or []:
+            if isinstance(condition, dict) and condition.get("type") == ISOLATION_CONDITION:
+                found[str((node.get("metadata") or {}).get("name", ""))] = {
+                    "ready": condition.get("status") == "True",
+                    "reason": str(condition.get("reason") or ""),
+                    "message": str(condition.get("message") or ""),
+                }
+    return found
 
 
 def _verifier(path: str, *, legacy: str) -> Verifier | None:
@@ -84,8 +112,13 @@ def _verifier(path: str, *, legacy: str) -> Verifier | None:
     return functools.partial(verify_pod_annotations, load_verifying_keys(path, legacy_key=legacy))
 
 
-def report_json(rows: Sequence[NodeRow], unverified: Sequence[UnverifiedRow] | None = None) -> dict[str, Any]:
-    """{"nodes": [{"name", "driverVersion", "discoveryError", "gpus": [{"index", "minor", "uuid", "model",
+def report_json(
+    rows: Sequence[NodeRow],
+    unverified: Sequence[UnverifiedRow] | None = None,
+    isolation: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """{"nodes": [{"name", "driverVersion", "discoveryError", "isolation": null (not reported) | {"ready",
+    "reason", "message"} (the agent's FgpuIsolationReady condition), "gpus": [{"index", "minor", "uuid", "model",
     "healthy", "healthReason", "core": {"allocated", "total"}, "memory": {"allocatedBytes", "totalBytes"},
     "heldExternally", "pods": [{"namespace", "name", "uid", "corePercent", "memoryBytes", "assumed",
     "unverified"}]}]}], "total": {"core": {"allocated", "total"}, "memory": {"allocatedBytes", "totalBytes"}},
@@ -96,22 +129,23 @@ def report_json(rows: Sequence[NodeRow], unverified: Sequence[UnverifiedRow] | N
     core_alloc = core_total = mem_alloc = mem_total = 0
     for node in sorted(rows, key=lambda r: r.name):
         gpus = []
-        for g in sorted(node.gpus, key=lambda g: g.index):
-            total_core = 100 if g.healthy else 0
+        for g in sorted(node.gpus, key=lambda g: g.device.index):
+            d = g.device
+            total_core = 100 if d.healthy else 0
             core_alloc += g.allocated_core_percent
             core_total += total_core
             mem_alloc += g.allocated_memory_bytes
-            mem_total += g.memory_bytes if g.healthy else 0
+            mem_total += d.memory_bytes if d.healthy else 0
             gpus.append(
                 {
-                    "index": g.index,
-                    "minor": g.minor,
-                    "uuid": g.uuid,
+                    "index": d.index,
+                    "minor": d.minor,
+                    "uuid": d.uuid,
                     "model": g.model,
-                    "healthy": g.healthy,
-                    "healthReason": g.health_reason,
+                    "healthy": d.healthy,
+                    "healthReason": d.health_reason,
                     "core": {"allocated": g.allocated_core_percent, "total": 100},
-                    "memory": {"allocatedBytes": g.allocated_memory_bytes, "totalBytes": g.memory_bytes},
+                    "memory": {"allocatedBytes": g.allocated_memory_bytes, "totalBytes": d.memory_bytes},
                     "heldExternally": g.held_externally,
                     "pods": [
                         {
@@ -128,7 +162,13 @@ def report_json(rows: Sequence[NodeRow], unverified: Sequence[UnverifiedRow] | N
                 }
             )
         nodes.append(
-            {"name": node.name, "driverVersion": node.driver_version, "discoveryError": node.discovery_error, "gpus": gpus}
+            {
+                "name": node.name,
+                "driverVersion": node.driver_version,
+                "discoveryError": node.discovery_error,
+                "isolation": dict((isolation or {})[node.name]) if node.name in (isolation or {}) else None,
+                "gpus": gpus,
+            }
         )
     return {
         "nodes": nodes,
@@ -154,8 +194,12 @@ def report_json(rows: Sequence[NodeRow], unverified: Sequence[UnverifiedRow] | N
     }
 
 
-def table(rows: Sequence[NodeRow], unverified: Sequence[UnverifiedRow] | None = None) -> str:
-    report = report_json(rows, unverified)
+def table(
+    rows: Sequence[NodeRow],
+    unverified: Sequence[UnverifiedRow] | None = None,
+    isolation: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
+    report = report_json(rows, unverified, isolation)
     header = ("NODE", "GPU", "MODEL", "HEALTH", "CORE(alloc/total)", "MEMORY(alloc/total)", "PODS")
     lines: list[tuple[str, ...]] = [header]
     for node in report["nodes"]:
@@ -191,6 +235,12 @@ def table(rows: Sequence[NodeRow], unverified: Sequence[UnverifiedRow] | None = 
         f"{_gib(total['memory']['allocatedBytes'])}/{_gib(total['memory']['totalBytes'])} "
         f"({_percent(total['memory']['allocatedBytes'], total['memory']['totalBytes'])})"
     )
+    refusing = [n for n in report["nodes"] if n["isolation"] is not None and not n["isolation"]["ready"]]
+    if refusing:
+        out.append("")
+        out.append("Nodes that refuse GPU shares (isolation backend not ready; whole GPUs and MIG still work):")
+        for n in refusing:
+            out.append(f"  {n['name']}: {n['isolation']['reason']}: {n['isolation']['message']}")
     if report["unverifiedAllocations"]:
         out.append("")
         out.append("Allocations that do not verify (counted conservatively, not as written):")

@@ -79,7 +79,7 @@ def _build(rows: Sequence[NodeRow], *, api: ApiState | None) -> LiveSnapshot:
     unusable: dict[str, tuple[int, ...]] = {}
     holdings: dict[str, _Holding] = {}
     for row in sorted(rows, key=lambda r: r.name):
-        gpus = sorted(row.gpus, key=lambda g: g.index)
+        gpus = sorted(row.gpus, key=lambda g: g.device.index)
         models = sorted({g.model for g in gpus})
         if len(models) > 1:
             notes.append(f"node {row.name} mixes GPU models {', '.join(models)}; planned as {models[0]}")
@@ -93,14 +93,14 @@ def _build(rows: Sequence[NodeRow], *, api: ApiState | None) -> LiveSnapshot:
                 model=models[0] if models else "",
             )
         )
-        down = tuple(i for i, g in enumerate(gpus) if not g.healthy or g.held_externally)
+        down = tuple(i for i, g in enumerate(gpus) if not g.device.healthy or g.held_externally)
         if down:
             unusable[row.name] = down
         for position, gpu in enumerate(gpus):
             for share in gpu.pods:
                 holding = holdings.setdefault(share.uid, _Holding(share=share, node=row.name))
                 holding.gpus.append(position)
-                holding.milli = max(holding.milli, _share_milli(share, gpu_memory_bytes=gpu.memory_bytes))
+                holding.milli = max(holding.milli, _share_milli(share, gpu_memory_bytes=gpu.device.memory_bytes))
     if not nodes:
         raise LiveStateError("the cluster reports no GPU nodes; check that the fgpu agents run and report Devices")
     model_of = {n.name: n.model for n in nodes}

@@ -26,13 +26,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--policy",
         required=True,
         action="append",
-        help="scoring policy (repeat or comma-separate to compare several): fgpu, fgd, bestfit, binpack, ...",
+        help="scoring policy, repeat or comma-separate to compare several (a wrong name lists the registered ones)",
     )
     parser.add_argument("--seed", type=int, nargs="+", default=None, help="run seeds (default 42..51); the mean is reported")
     parser.add_argument(
         "--tune", type=float, default=1.3, help="tune the total GPU request to this multiple of capacity (0 = as is)"
     )
-    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="numeric policy parameter")
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="numeric policy parameter, given to each chosen policy that takes KEY",
+    )
     parser.add_argument(
         "--learn-workload",
         action="store_true",
@@ -57,7 +63,7 @@ def _params(raw: list[str]) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scheduler_plugin.core.policies import UnknownPolicyError, policy_names
+    from scheduler_plugin.core.policies import UnknownPolicyError, policy_names, policy_spec
     from scheduler_plugin.sim.records import curve
     from scheduler_plugin.sim.replay import RunResult, replay
     from scheduler_plugin.sim.trace import TraceError, read_nodes, read_pods
@@ -79,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
     except (TraceError, ValueError) as error:
         print(f"fgpuctl simulate: {error}", file=sys.stderr)
         return 2
+    takes = {policy: policy_spec(policy).param_names for policy in policies}
+    stray = sorted(key for key in params if not any(key in names for names in takes.values()))
+    if stray:
+        offered = "; ".join(f"{policy} takes {', '.join(names) or 'none'}" for policy, names in takes.items())
+        print(f"fgpuctl simulate: --param {', '.join(stray)}: no chosen policy takes it; {offered}", file=sys.stderr)
+        return 2
 
     reports: list[dict[str, Any]] = []
     curves: dict[str, list[tuple[float, float]]] = {}
@@ -92,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
                     policy=policy,
                     seed=seed,
                     tune=args.tune or None,
-                    params=params,
+                    params={key: value for key, value in params.items() if key in takes[policy]},
                     learn_workload=args.learn_workload,
                 )
             except (UnknownPolicyError, ValueError, TypeError) as error:

@@ -22,8 +22,8 @@ from typing import Any, TextIO
 
 import yaml
 
+from apis import pod_check
 from apis.pods import pod_key
-from apis.request import RequestError, parse_pod, pod_cpu_memory
 from apis.translation import RulesError, TranslationRules
 
 EXIT_VALID = 0
@@ -97,20 +97,11 @@ def check(manifest: Manifest, *, rules: TranslationRules) -> dict[str, object]:
     result: dict[str, object] = {"pod": manifest.key}
     if manifest.kind != "Pod":
         result["kind"] = manifest.kind
-    errors: list[str] = []
-    request = None
-    try:
-        request = parse_pod(manifest.pod, rules=rules)
-    except RequestError as exc:
-        errors.extend(exc.errors)
-    try:
-        pod_cpu_memory(manifest.pod)
-    except RequestError as exc:
-        errors.extend(exc.errors)
-    if errors:
-        result.update(valid=False, errors=errors)
+    verdict = pod_check.check_pod(manifest.pod, rules=rules)  # the admission webhook's check too
+    if not verdict.valid:
+        result.update(valid=False, errors=list(verdict.errors))
     else:
-        result.update(valid=True, request=request.to_json() if request is not None else None)
+        result.update(valid=True, request=verdict.request.to_json() if verdict.request is not None else None)
     return result
 
 

@@ -2,8 +2,22 @@
 
 The daemon: `main` (flags, signals) starts `server` (listener, admin socket,
 metrics, start/stop), which wires the relay to `interception` (the
-`calls.CallHandler` that decides about CRI calls, with `policy`, `edits`,
-`crimsg`, `hookclient`, `hookconfig`, `runtime_client`, `metrics`).
+`calls.CallHandler` that runs the hooks of intercepted CRI calls).
+
+The intercepted calls, one `call_specs.CallSpec` per CRI method, are in
+`cri_calls`: its path and request type, its hook stage, how to find its pod,
+how to build the hook request and apply the answer (a codec pair in `crimsg`).
+The stages are the methods of the RuntimeHooks service, read from its
+descriptor (`stages`); hook servers register for them (`hookconfig`) and are
+called by `hookclient`. `verdicts` folds the hooks' outcomes into what happens
+to the call, `edits` merges their answers; `runtime_client` asks the runtime
+about a call's pod; `metrics`, `logs`, `errors`, `config`.
+
+Words: a hook *rejects* a call (`HookResponse.rejection`, "rejected" in
+metrics and messages); the proxy *refuses* one when it answers kubelet itself
+instead of forwarding (`calls.Refuse`, `Judgement.refusal`, `refusal`,
+`fgpu_runtime_proxy_refused_total`): after a hook's rejection, a failed hook, a
+GPU pod without its settings, no runtime, or while draining.
 
 The relay moves HTTP/2 frames between kubelet and the runtime (how and why:
 `relay`'s docstring, docs/runtime-proxy.md). Its modules import one way, top

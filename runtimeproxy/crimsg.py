@@ -1,5 +1,8 @@
 """Adapter between the CRI messages (partial schema), the RuntimeHooks messages and the edit values.
 
+The codec pairs of the intercepted calls (`cri_calls`): `*_to_hook` builds a
+hook request from a CRI request, `apply_*_edits` applies a hook's answer to it.
+
 Edits are applied to the decoded CRI message in place: entries the hooks do
 not touch stay the very same protobuf entries, so their unknown fields (from
 newer CRI versions) are written back unchanged.
@@ -23,7 +26,7 @@ from runtimeproxy.edits import (
     merge_env,
     merge_names,
 )
-from runtimeproxy.policy import PodFacts
+from runtimeproxy.verdicts import PodFacts
 
 _RESOURCE_INTS = ("cpu_period", "cpu_quota", "cpu_shares", "memory_limit_in_bytes", "oom_score_adj", "memory_swap_limit_in_bytes")
 _RESOURCE_STRS = ("cpuset_cpus", "cpuset_mems")
@@ -71,6 +74,17 @@ def resources_to_hook(res: cri.LinuxContainerResources) -> hooks_pb2.LinuxResour
         if value:
             setattr(out, name, value)
     return out
+
+
+def run_sandbox_request_to_hook(req: cri.RunPodSandboxRequest) -> hooks_pb2.PodSandboxHookRequest:
+    return hooks_pb2.PodSandboxHookRequest(
+        pod=pod_meta_from_config(req.config, runtime_handler=req.runtime_handler),
+        resources=resources_to_hook(req.config.linux.resources),
+    )
+
+
+def sandbox_to_hook(status: cri.PodSandboxStatus) -> hooks_pb2.PodSandboxHookRequest:
+    return hooks_pb2.PodSandboxHookRequest(pod=pod_meta_from_status(status))
 
 
 def create_request_to_hook(req: cri.CreateContainerRequest) -> hooks_pb2.ContainerHookRequest:

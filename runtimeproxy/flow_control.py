@@ -21,8 +21,15 @@ def abandon(conn: ConnectionState, st: Stream) -> None:
     if st.task is not None and not st.task.done():
         st.task.cancel()
     if st.settled and st.pending is not None:
-        # never sent, so the runtime will not return credit for it: stop withholding that much
-        conn.withhold = max(0, conn.withhold - len(st.pending))
+        # never sent, so the runtime will not return credit for it: stop withholding that much. The
+        # withheld count is shared by all held calls, and the runtime's credit for kubelet's own DATA may
+        # already have been kept against it (while this call waited for its stream window): what this
+        # call can no longer account for is kubelet's, and goes back to kubelet now.
+        conn.withhold -= len(st.pending)
+        if conn.withhold < 0:
+            owed, conn.withhold = -conn.withhold, 0
+            if not conn.closing:
+                conn.client.write(h2.window_updates(0, owed))
     st.pending = None
     if st in conn.blocked:
         conn.blocked.remove(st)

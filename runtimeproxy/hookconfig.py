@@ -11,12 +11,13 @@
 failurePolicy says what a failed or timed-out call does to the CRI call: Fail
 refuses a Pre* call, Ignore skips the hook. A container whose pod carries a
 GPU allocation is refused at PreCreateContainer whenever a hook fails, under
-either policy (runtimeproxy/policy.py), so the GPU hook registers with Ignore:
+either policy (runtimeproxy/verdicts.py), so the GPU hook registers with Ignore:
 while it is down, every other pod on the node (CNI, kube-proxy, ...) is still
 created, with NVIDIA_VISIBLE_DEVICES=void. A hook that registers without the
 key gets Fail, the safe default for a hook whose edits every pod needs.
 
-A file may also hold a single registration (the mapping without `hooks:`).
+The stages are the RuntimeHooks methods (`runtimeproxy.stages`, read from
+hooks.proto). A file may also hold a single registration (the mapping without `hooks:`).
 Servers are called in file-name order, then in order within a file, and
 their edits compose in that order. A file that does not parse keeps its last
 good content (or contributes nothing), and the error is logged.
@@ -36,22 +37,12 @@ import yaml
 
 from apis.grpc_server import AddressError, parse_address
 from runtimeproxy.errors import ConfigError
+from runtimeproxy.stages import RUNTIME_HOOKS, Stage, Stages
 
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".yaml", ".yml", ".json")
 DEFAULT_TIMEOUT_S = 2.0
-
-
-class Stage(enum.Enum):
-    """The points where hook servers are called; values are the `RuntimeHooks` method names."""
-
-    PRE_RUN_POD_SANDBOX = "PreRunPodSandbox"
-    PRE_CREATE_CONTAINER = "PreCreateContainer"
-    POST_START_CONTAINER = "PostStartContainer"
-    POST_STOP_CONTAINER = "PostStopContainer"
-    POST_STOP_POD_SANDBOX = "PostStopPodSandbox"
-    PRE_UPDATE_CONTAINER_RESOURCES = "PreUpdateContainerResources"
 
 
 class FailurePolicy(enum.Enum):
@@ -91,7 +82,7 @@ def parse_duration(value: object, *, field: str) -> float:
     return seconds
 
 
-def parse_hook(entry: object, *, where: str) -> HookServer:
+def parse_hook(entry: object, *, where: str, stages: Stages = RUNTIME_HOOKS) -> HookServer:
     """One registration; ConfigError naming the file, entry, field and value on bad input."""
     if not isinstance(entry, Mapping):
         raise ConfigError(f"{where}: expected a mapping with name, endpoint and stages, got {type(entry).__name__}")
@@ -113,14 +104,14 @@ def parse_hook(entry: object, *, where: str) -> HookServer:
     stages_raw = entry.get("stages")
     if not isinstance(stages_raw, Sequence) or isinstance(stages_raw, str) or not stages_raw:
         raise ConfigError(
-            f"{where}.stages={stages_raw!r}: expected a non-empty list of {[s.value for s in Stage]}"
+            f"{where}.stages={stages_raw!r}: expected a non-empty list of {list(stages)}"
         )
-    stages = set()
+    chosen = set()
     for raw in stages_raw:
-        try:
-            stages.add(Stage(raw))
-        except ValueError:
-            raise ConfigError(f"{where}.stages: unknown stage {raw!r}; one of {[s.value for s in Stage]}") from None
+        stage = stages.get(raw) if isinstance(raw, str) else None
+        if stage is None:
+            raise ConfigError(f"{where}.stages: unknown stage {raw!r}; one of {list(stages)}")
+        chosen.add(stage)
     policy_raw = entry.get("failurePolicy", FailurePolicy.FAIL.value)
     try:
         policy = FailurePolicy(policy_raw)
@@ -128,12 +119,12 @@ def parse_hook(entry: object, *, where: str) -> HookServer:
         raise ConfigError(f"{where}.failurePolicy={policy_raw!r}: expected Fail or Ignore") from None
     timeout_s = parse_duration(entry.get("timeout", DEFAULT_TIMEOUT_S), field=f"{where}.timeout")
     return HookServer(
-        name=name, endpoint=endpoint, stages=frozenset(stages), failure_policy=policy, timeout_s=timeout_s,
+        name=name, endpoint=endpoint, stages=frozenset(chosen), failure_policy=policy, timeout_s=timeout_s,
         source=where.split(":")[0],
     )
 
 
-def parse_file(path: str) -> list[HookServer]:
+def parse_file(path: str, *, stages: Stages = RUNTIME_HOOKS) -> list[HookServer]:
     with open(path) as f:
         try:
             doc: Any = yaml.safe_load(f)
@@ -145,28 +136,29 @@ def parse_file(path: str) -> list[HookServer]:
         entries = doc["hooks"]
         if not isinstance(entries, list):
             raise ConfigError(f"{path}: hooks must be a list of registrations")
-        return [parse_hook(e, where=f"{path}: hooks[{i}]") for i, e in enumerate(entries)]
-    return [parse_hook(doc, where=f"{path}:")]
+        return [parse_hook(e, where=f"{path}: hooks[{i}]", stages=stages) for i, e in enumerate(entries)]
+    return [parse_hook(doc, where=f"{path}:", stages=stages)]
 
 
 class HookRegistry:
     """The current registrations of a directory, re-read when its files change.
 
     `refresh()` is cheap when nothing changed (one `stat` per file), so the
-    proxy calls it on a timer.
+    proxy calls it on a timer. `stages` are the ones a registration may name.
     """
 
-    def __init__(self, directory: str | None) -> None:
+    def __init__(self, directory: str | None, *, stages: Stages = RUNTIME_HOOKS) -> None:
         self.directory = directory
+        self.stages = stages
         self._files: dict[str, tuple[tuple[int, int], list[HookServer]]] = {}
         self._servers: tuple[HookServer, ...] = ()
-        self._by_stage: dict[Stage, tuple[HookServer, ...]] = {s: () for s in Stage}
+        self._by_stage: dict[Stage, tuple[HookServer, ...]] = {s: () for s in stages.values()}
         self.errors: dict[str, str] = {}
         self.generation = 0
         self.refresh()
 
     def servers(self, stage: Stage | None = None) -> tuple[HookServer, ...]:
-        return self._servers if stage is None else self._by_stage[stage]
+        return self._servers if stage is None else self._by_stage.get(stage, ())
 
     def refresh(self) -> bool:
         """Re-reads changed files; True when the registrations changed."""
@@ -191,7 +183,7 @@ class HookRegistry:
             if old is not None and old[0] == sig:
                 continue
             try:
-                servers = parse_file(path)
+                servers = parse_file(path, stages=self.stages)
             except (ConfigError, OSError) as exc:
                 if self.errors.get(name) != str(exc):
                     log.error("hook config rejected, keeping its last good content file=%s error=%r", path, str(exc))
@@ -222,6 +214,6 @@ class HookRegistry:
                 names.add(server.name)
                 ordered.append(server)
         self._servers = tuple(ordered)
-        self._by_stage = {s: tuple(x for x in ordered if s in x.stages) for s in Stage}
+        self._by_stage = {s: tuple(x for x in ordered if s in x.stages) for s in self.stages.values()}
         self.generation += 1
-        log.info("hook servers loaded servers=%s", ",".join(f"{s.name}:{sorted(x.value for x in s.stages)}" for s in ordered))
+        log.info("hook servers loaded servers=%s", ",".join(f"{s.name}:{sorted(x.name for x in s.stages)}" for s in ordered))

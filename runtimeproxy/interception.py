@@ -1,62 +1,46 @@
-"""The intercepted CRI calls: which ones, what the hooks are asked, and what is done with their answers.
+"""The proxy's CallHandler: runs the hooks of the intercepted CRI calls, as their specs (`cri_calls`) say.
 
-CreateContainer is always intercepted (the void default and the GPU
-fail-closed rule need no hook to be up). The other calls are intercepted only
-while some hook server is registered for their stage, so with no such hook
-they cost what any pass-through call costs.
+Which calls, and how each finds its pod, asks its hooks and takes their
+answers, is in the specs; this module does the same for every one of them:
+
+- Pre* stage (`StreamKind.EDIT`): find the pod, call the stage's hook servers
+  in order, each seeing the request as the earlier ones' edits left it, judge
+  their outcomes (`verdicts`), then forward the request as edited or refuse
+  the call. A call with a `gpu_container` also gets the void default.
+- Post* stage (`StreamKind.OBSERVE`): once the call succeeded, find the pod and
+  notify the stage's hook servers beside the call (kubelet has its answer).
+- No stage: log the call.
+
+A call is intercepted only while some hook server is registered for its stage
+(unless its spec says always), so with no such hook it costs what any
+pass-through call costs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from apis import names
-from apis.cri.v1 import runtime_partial_pb2 as cri
-from apis.fgpu.v1 import hooks_pb2
-from runtimeproxy import crimsg, policy
+from runtimeproxy import cri_calls, crimsg, verdicts
+from runtimeproxy.call_specs import CallSpec, CallSpecs, Runtime, Subject
 from runtimeproxy.calls import Forward, Refuse, StreamKind
+from runtimeproxy.edits import Edits
 from runtimeproxy.errors import HookCallError, RuntimeLookupError, grpc_code
 from runtimeproxy.hookclient import HookClient
-from runtimeproxy.hookconfig import HookRegistry, HookServer, Stage
+from runtimeproxy.hookconfig import HookRegistry, HookServer
 from runtimeproxy.logs import event
 from runtimeproxy.metrics import ProxyMetrics
-from runtimeproxy.policy import HookOutcome, OutcomeKind, PodFacts
-from runtimeproxy.runtime_client import RuntimeClient
+from runtimeproxy.stages import Stage
+from runtimeproxy.verdicts import HookOutcome, OutcomeKind
 
 log = logging.getLogger(__name__)
 
-
-class Method(enum.Enum):
-    RUN_POD_SANDBOX = "RunPodSandbox"
-    STOP_POD_SANDBOX = "StopPodSandbox"
-    REMOVE_POD_SANDBOX = "RemovePodSandbox"
-    CREATE_CONTAINER = "CreateContainer"
-    START_CONTAINER = "StartContainer"
-    STOP_CONTAINER = "StopContainer"
-    REMOVE_CONTAINER = "RemoveContainer"
-    UPDATE_CONTAINER_RESOURCES = "UpdateContainerResources"
-
-    @property
-    def path(self) -> bytes:
-        return f"/{names.CRI_RUNTIME_SERVICE}/{self.value}".encode()
-
-
-_BY_PATH = {m.path: m for m in Method}
-#: the stage whose hooks make a method worth intercepting, and how it is intercepted
-_STAGE_OF = {
-    Method.RUN_POD_SANDBOX: (Stage.PRE_RUN_POD_SANDBOX, StreamKind.EDIT),
-    Method.UPDATE_CONTAINER_RESOURCES: (Stage.PRE_UPDATE_CONTAINER_RESOURCES, StreamKind.EDIT),
-    Method.START_CONTAINER: (Stage.POST_START_CONTAINER, StreamKind.OBSERVE),
-    Method.STOP_CONTAINER: (Stage.POST_STOP_CONTAINER, StreamKind.OBSERVE),
-    Method.STOP_POD_SANDBOX: (Stage.POST_STOP_POD_SANDBOX, StreamKind.OBSERVE),
-}
 _KNOWN_SERVICES = (f"/{names.CRI_RUNTIME_SERVICE}/".encode(), f"/{names.CRI_IMAGE_SERVICE}/".encode())
 _INVALID = grpc_code(grpc.StatusCode.INVALID_ARGUMENT)
 
@@ -70,17 +54,22 @@ def method_label(path: bytes) -> str:
 
 
 class HookedCalls:
-    """The proxy's CallHandler: classifies calls, runs hooks, applies edits, records metrics."""
+    """The proxy's CallHandler: classifies calls, runs hooks, applies edits, records metrics.
+
+    `specs` are the intercepted calls (the proxy's own by default); the hook
+    registry's stages must be theirs.
+    """
 
     def __init__(
         self,
         *,
         registry: HookRegistry,
         hooks: HookClient,
-        runtime: RuntimeClient,
+        runtime: Runtime,
         metrics: ProxyMetrics,
         force_void: bool,
         hook_server_namespaces: tuple[str, ...],
+        specs: CallSpecs = cri_calls.SPECS,
     ) -> None:
         self.registry = registry
         self.hooks = hooks
@@ -88,36 +77,28 @@ class HookedCalls:
         self.metrics = metrics
         self.force_void = force_void
         self.hook_server_namespaces = hook_server_namespaces
+        self.specs = specs
+        self._by_path = specs.by_path
         self._labels: dict[bytes, str] = {}
         self.background: set[asyncio.Task[None]] = set()
 
     # --- CallHandler --------------------------------------------------------------------------------
 
     def classify(self, path: bytes) -> StreamKind:
-        method = _BY_PATH.get(path)
-        if method is None:
+        spec = self._by_path.get(path)
+        if spec is None:
             return StreamKind.PASS
-        if method is Method.CREATE_CONTAINER:
-            return StreamKind.EDIT
-        if method in (Method.REMOVE_CONTAINER, Method.REMOVE_POD_SANDBOX):
-            return StreamKind.OBSERVE
-        stage, kind = _STAGE_OF[method]
-        return kind if self.registry.servers(stage) else StreamKind.PASS
+        if spec.always or self.registry.servers(spec.stage):
+            return spec.kind
+        return StreamKind.PASS
 
     async def edit(self, path: bytes, message: bytes) -> Forward | Refuse:
-        method = _BY_PATH[path]
+        spec = self._by_path[path]
         try:
-            if method is Method.CREATE_CONTAINER:
-                return await self._create_container(message)
-            if method is Method.RUN_POD_SANDBOX:
-                return await self._run_pod_sandbox(message)
-            if method is Method.UPDATE_CONTAINER_RESOURCES:
-                return await self._update_resources(message)
+            return await self._pre(spec, spec.request_type.FromString(message))
         except DecodeError as exc:
-            return self._refuse(
-                method, "undecodable", _INVALID, f"fgpu-runtime-proxy: cannot decode {method.value}Request: {exc}"
-            )
-        return Forward()
+            name = spec.request_type.DESCRIPTOR.name
+            return self._refuse(spec, "undecodable", _INVALID, f"fgpu-runtime-proxy: cannot decode {name}: {exc}")
 
     def finished(self, path: bytes, kind: StreamKind, message: bytes | None, code: int, seconds: float) -> None:
         label = self._labels.get(path)
@@ -128,130 +109,64 @@ class HookedCalls:
         self.metrics.record_call(label, code, seconds)
         if kind is not StreamKind.OBSERVE or message is None:
             return
-        method = _BY_PATH.get(path)
-        if method is None:
+        spec = self._by_path.get(path)
+        if spec is None:
             return
         try:
-            self._observed(method, message, code)
+            self._observed(spec, message, code)
         except DecodeError as exc:
-            event(log, logging.WARNING, "undecodable CRI request", method=method.value, error=str(exc))
+            event(log, logging.WARNING, "undecodable CRI request", method=spec.method, error=str(exc))
 
     # --- Pre stages ---------------------------------------------------------------------------------
 
-    async def _create_container(self, message: bytes) -> Forward | Refuse:
-        req = cri.CreateContainerRequest.FromString(message)
-        pod = crimsg.pod_facts_from_config(req.sandbox_config)
-        ident = _ident(pod, container=req.config.metadata.name, sandbox_id=req.pod_sandbox_id)
-        if policy.bypasses_hooks(pod, hook_server_namespaces=self.hook_server_namespaces):
-            event(log, logging.INFO, "hook server pod: hooks bypassed", method="CreateContainer", **ident)
+    async def _pre(self, spec: CallSpec[Any], req: Message) -> Forward | Refuse:
+        """Runs a Pre* stage's hooks and forwards the request as they left it, or refuses the call."""
+        assert spec.stage is not None and spec.build is not None and spec.apply is not None
+        stage, build, apply = spec.stage, spec.build, spec.apply
+        gpu = spec.gpu_container
+        try:
+            subject = await spec.pod.find(req, self.runtime)
+        except RuntimeLookupError as exc:
+            # The runtime will answer this call itself (most likely NotFound): let it.
+            event(log, logging.WARNING, "lookup failed; call forwarded unhooked", **spec.pod.ids(req), error=str(exc))
             return Forward()
-        allocation = policy.has_allocation(pod)
-        stage = Stage.PRE_CREATE_CONTAINER
+        ident = subject.log_fields()
+        if verdicts.bypasses_hooks(subject.pod, hook_server_namespaces=self.hook_server_namespaces):
+            if gpu is not None:
+                event(log, logging.INFO, "hook server pod: hooks bypassed", method=spec.method, **ident)
+            return Forward()
+        allocation = verdicts.has_allocation(subject.pod)
+        # GPU containers' lines say whether the pod has an allocation, and what the void default did
+        shown: dict[str, Any] = {"allocation": allocation} if gpu is not None else {}
         servers = self.registry.servers(stage)
-
-        def build() -> hooks_pb2.ContainerHookRequest:
-            return crimsg.create_request_to_hook(req)
-
-        def apply(edits: Any) -> None:
-            crimsg.apply_container_edits(req.config, edits)
-
-        outcomes = await self._call_hooks(stage, servers, build, apply, allocation=allocation)
-        judgement = policy.judge(stage, outcomes=outcomes, registered=len(servers), allocation=allocation)
-        if judgement.refusal is not None:
-            event(log, logging.WARNING, "CreateContainer refused", reason=judgement.refusal, allocation=allocation, **ident)
-            return self._refuse(Method.CREATE_CONTAINER, "hooks", judgement.code, judgement.refusal)
-        voided = policy.needs_void(judgement.edits, force_void=self.force_void)
-        if voided:
-            crimsg.force_void(req.config)
-            self.metrics.forced_void.inc()
-        self._count(judgement.edits)
-        event(
-            log, logging.INFO, "CreateContainer hooked", allocation=allocation, hooks=len(outcomes),
-            void=voided, ignored=";".join(judgement.ignored), **ident,
+        outcomes = await self._call_hooks(
+            stage, servers, lambda: build(req, subject), lambda edits: apply(req, edits), allocation=allocation
         )
+        judgement = verdicts.judge(stage, outcomes=outcomes, registered=len(servers), allocation=allocation)
+        if judgement.refusal is not None:
+            event(log, logging.WARNING, f"{spec.method} refused", reason=judgement.refusal, **shown, **ident)
+            return self._refuse(spec, "hooks", judgement.code, judgement.refusal)
+        voided = False
+        if gpu is not None:
+            voided = verdicts.needs_void(judgement.edits, force_void=self.force_void)
+            if voided:
+                crimsg.force_void(gpu(req))
+                self.metrics.forced_void.inc()
+            shown.update(hooks=len(outcomes), void=voided, ignored=";".join(judgement.ignored))
+        else:
+            shown.update(hooks=len(outcomes))
+        self._count(judgement.edits)
+        event(log, logging.INFO, f"{spec.method} hooked", **shown, **ident)
         if not judgement.edits and not voided:
             return Forward()
         return Forward(req.SerializeToString())
-
-    async def _run_pod_sandbox(self, message: bytes) -> Forward | Refuse:
-        req = cri.RunPodSandboxRequest.FromString(message)
-        pod = crimsg.pod_facts_from_config(req.config)
-        ident = _ident(pod)
-        if policy.bypasses_hooks(pod, hook_server_namespaces=self.hook_server_namespaces):
-            return Forward()
-        stage = Stage.PRE_RUN_POD_SANDBOX
-        servers = self.registry.servers(stage)
-
-        def build() -> hooks_pb2.PodSandboxHookRequest:
-            return hooks_pb2.PodSandboxHookRequest(
-                pod=crimsg.pod_meta_from_config(req.config, runtime_handler=req.runtime_handler),
-                resources=crimsg.resources_to_hook(req.config.linux.resources),
-            )
-
-        def apply(edits: Any) -> None:
-            crimsg.apply_sandbox_edits(req.config, edits)
-
-        return await self._edit_stage(
-            Method.RUN_POD_SANDBOX, stage, servers, build, apply,
-            allocation=policy.has_allocation(pod), serialize=req.SerializeToString, ident=ident,
-        )
-
-    async def _update_resources(self, message: bytes) -> Forward | Refuse:
-        req = cri.UpdateContainerResourcesRequest.FromString(message)
-        stage = Stage.PRE_UPDATE_CONTAINER_RESOURCES
-        try:
-            container = await self.runtime.container(req.container_id)
-            sandbox = await self.runtime.sandbox(container.pod_sandbox_id)
-        except RuntimeLookupError as exc:
-            # The runtime will answer this call itself (most likely NotFound): let it.
-            event(log, logging.WARNING, "lookup failed; call forwarded unhooked", container_id=req.container_id, error=str(exc))
-            return Forward()
-        pod = crimsg.pod_facts_from_status(sandbox)
-        ident = _ident(pod, container=container.metadata.name, container_id=req.container_id)
-        if policy.bypasses_hooks(pod, hook_server_namespaces=self.hook_server_namespaces):
-            return Forward()
-        pod_meta = crimsg.pod_meta_from_status(sandbox)
-        servers = self.registry.servers(stage)
-
-        def build() -> hooks_pb2.ContainerHookRequest:
-            return crimsg.container_to_hook(container, pod_meta, resources=req.linux)
-
-        def apply(edits: Any) -> None:
-            crimsg.apply_update_edits(req, edits)
-
-        return await self._edit_stage(
-            Method.UPDATE_CONTAINER_RESOURCES, stage, servers, build, apply,
-            allocation=policy.has_allocation(pod), serialize=req.SerializeToString, ident=ident,
-        )
-
-    async def _edit_stage(
-        self,
-        method: Method,
-        stage: Stage,
-        servers: tuple[HookServer, ...],
-        build: Callable[[], Any],
-        apply: Callable[[Any], None],
-        *,
-        allocation: bool,
-        serialize: Callable[[], bytes],
-        ident: dict[str, str],
-    ) -> Forward | Refuse:
-        """Runs a pre stage's hooks and forwards the request as they left it, or refuses it."""
-        outcomes = await self._call_hooks(stage, servers, build, apply, allocation=allocation)
-        judgement = policy.judge(stage, outcomes=outcomes, registered=len(servers), allocation=allocation)
-        if judgement.refusal is not None:
-            event(log, logging.WARNING, f"{method.value} refused", reason=judgement.refusal, **ident)
-            return self._refuse(method, "hooks", judgement.code, judgement.refusal)
-        self._count(judgement.edits)
-        event(log, logging.INFO, f"{method.value} hooked", hooks=len(outcomes), **ident)
-        return Forward(serialize()) if judgement.edits else Forward()
 
     async def _call_hooks(
         self,
         stage: Stage,
         servers: tuple[HookServer, ...],
-        build: Callable[[], Any],
-        apply: Callable[[Any], None],
+        build: Callable[[], Message],
+        apply: Callable[[Edits], None],
         *,
         allocation: bool,
     ) -> list[HookOutcome]:
@@ -260,13 +175,13 @@ class HookedCalls:
         for server in servers:
             outcome = await self._call_one(server, stage, build())
             outcomes.append(outcome)
-            if outcome.kind is OutcomeKind.EDITS and stage in policy.PRE_STAGES:
+            if outcome.kind is OutcomeKind.EDITS and stage.pre:
                 apply(outcome.edits)
-            elif policy.stop_early(stage, outcome, allocation=allocation):
+            elif verdicts.stop_early(stage, outcome, allocation=allocation):
                 break
         return outcomes
 
-    async def _call_one(self, server: HookServer, stage: Stage, request: Any) -> HookOutcome:
+    async def _call_one(self, server: HookServer, stage: Stage, request: Message) -> HookOutcome:
         try:
             response = await self.hooks.call(server, stage, request)
         except HookCallError as exc:
@@ -281,75 +196,47 @@ class HookedCalls:
             edits=crimsg.edits_from_response(response),
         )
 
-    def _refuse(self, method: Method, reason: str, code: int, message: str) -> Refuse:
-        self.metrics.refused.labels(method.value, reason).inc()
+    def _refuse(self, spec: CallSpec[Any], reason: str, code: int, message: str) -> Refuse:
+        self.metrics.refused.labels(spec.method, reason).inc()
         return Refuse(code, message)
 
-    def _count(self, edits: tuple[Any, ...]) -> None:
+    def _count(self, edits: tuple[Edits, ...]) -> None:
         for e in edits:
             for kind, n in e.counts().items():
                 if n:
                     self.metrics.edits.labels(kind).inc(n)
 
-    # --- Post stages --------------------------------------------------------------------------------
+    # --- Post stages and logged calls ---------------------------------------------------------------
 
-    def _observed(self, method: Method, message: bytes, code: int) -> None:
-        if method is Method.REMOVE_CONTAINER:
-            req_rc = cri.RemoveContainerRequest.FromString(message)
-            event(log, logging.INFO, "RemoveContainer", container_id=req_rc.container_id, code=code)
-            return
-        if method is Method.REMOVE_POD_SANDBOX:
-            req_rs = cri.RemovePodSandboxRequest.FromString(message)
-            event(log, logging.INFO, "RemovePodSandbox", sandbox_id=req_rs.pod_sandbox_id, code=code)
+    def _observed(self, spec: CallSpec[Any], message: bytes, code: int) -> None:
+        if spec.stage is None:
+            event(log, logging.INFO, spec.method, **spec.pod.ids(spec.request_type.FromString(message)), code=code)
             return
         if code != 0:
             return
-        stage = _STAGE_OF[method][0]
-        servers = self.registry.servers(stage)
+        servers = self.registry.servers(spec.stage)
         if not servers:
             return
-        if method is Method.STOP_POD_SANDBOX:
-            sandbox_id = cri.StopPodSandboxRequest.FromString(message).pod_sandbox_id
-            coro: Coroutine[Any, Any, None] = self._post_sandbox(stage, servers, sandbox_id)
-        else:
-            request_type = cri.StartContainerRequest if method is Method.START_CONTAINER else cri.StopContainerRequest
-            coro = self._post_container(stage, servers, request_type.FromString(message).container_id)
+        coro = self._notify(spec, spec.stage, servers, spec.request_type.FromString(message))
         # Post hooks are notifications: kubelet already has its answer, they run beside it.
         task = asyncio.get_running_loop().create_task(coro)
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
-    async def _post_container(self, stage: Stage, servers: tuple[HookServer, ...], container_id: str) -> None:
+    async def _notify(self, spec: CallSpec[Any], stage: Stage, servers: tuple[HookServer, ...], req: Message) -> None:
+        assert spec.build is not None
         try:
-            container = await self.runtime.container(container_id)
-            sandbox = await self.runtime.sandbox(container.pod_sandbox_id)
+            subject = await spec.pod.find(req, self.runtime)
         except RuntimeLookupError as exc:
-            event(log, logging.WARNING, "post hook skipped: lookup failed", stage=stage.value, container_id=container_id, error=str(exc))
+            event(log, logging.WARNING, "post hook skipped: lookup failed", stage=stage.name, **spec.pod.ids(req),
+                  error=str(exc))
             return
-        pod = crimsg.pod_facts_from_status(sandbox)
-        if policy.bypasses_hooks(pod, hook_server_namespaces=self.hook_server_namespaces):
+        if verdicts.bypasses_hooks(subject.pod, hook_server_namespaces=self.hook_server_namespaces):
             return
-        request = crimsg.container_to_hook(container, crimsg.pod_meta_from_status(sandbox))
-        await self._post(stage, servers, request, _ident(pod, container=container.metadata.name, container_id=container_id))
+        await self._post(stage, servers, spec.build(req, subject), subject)
 
-    async def _post_sandbox(self, stage: Stage, servers: tuple[HookServer, ...], sandbox_id: str) -> None:
-        try:
-            sandbox = await self.runtime.sandbox(sandbox_id)
-        except RuntimeLookupError as exc:
-            event(log, logging.WARNING, "post hook skipped: lookup failed", stage=stage.value, sandbox_id=sandbox_id, error=str(exc))
-            return
-        pod = crimsg.pod_facts_from_status(sandbox)
-        if policy.bypasses_hooks(pod, hook_server_namespaces=self.hook_server_namespaces):
-            return
-        request = hooks_pb2.PodSandboxHookRequest(pod=crimsg.pod_meta_from_status(sandbox))
-        await self._post(stage, servers, request, _ident(pod, sandbox_id=sandbox_id))
-
-    async def _post(self, stage: Stage, servers: tuple[HookServer, ...], request: Any, ident: dict[str, str]) -> None:
+    async def _post(self, stage: Stage, servers: tuple[HookServer, ...], request: Message, subject: Subject) -> None:
         outcomes = [await self._call_one(server, stage, request) for server in servers]
-        judgement = policy.judge(stage, outcomes=outcomes, registered=len(servers), allocation=False)
-        event(log, logging.INFO, f"{stage.value} notified", hooks=len(outcomes), problems=";".join(judgement.ignored), **ident)
-
-
-def _ident(pod: PodFacts, **more: str) -> dict[str, str]:
-    return {"pod": pod.ref, "pod_uid": pod.uid, **{k: v for k, v in more.items() if v}}
-
+        judgement = verdicts.judge(stage, outcomes=outcomes, registered=len(servers), allocation=False)
+        event(log, logging.INFO, f"{stage.name} notified", hooks=len(outcomes), problems=";".join(judgement.ignored),
+              **subject.log_fields())

@@ -64,7 +64,8 @@ def pump(conn: ConnectionState, data: bytes) -> None:
         elif ftype == h2.HEADERS:
             if flags & h2.PADDED_OR_PRIORITY or not sid & 1:  # the usual HEADERS needs no other check
                 v = h2.check(ftype, flags, sid, buf[pos + 9 : end], from_server=True)
-                fragment = h2.header_block_fragment(flags, buf[pos + 9 : end])
+                # only a frame `check` accepted has its fields: a padded one may lack even the pad length
+                fragment = h2.header_block_fragment(flags, buf[pos + 9 : end]) if v is None else b""
             else:
                 fragment = buf[pos + 9 : end]
             if v is None:

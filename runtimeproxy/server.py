@@ -17,6 +17,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from apis import grpc_server, names
+from runtimeproxy import cri_calls
+from runtimeproxy.call_specs import CallSpecs
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.hookclient import HookClient
 from runtimeproxy.hookconfig import HookRegistry
@@ -58,12 +60,18 @@ def make_dialer(config: ProxyConfig) -> Dialer:
 
 
 class RuntimeProxy:
-    """One proxy instance. Run it in an event loop: `await start()`, later `await stop(grace)`."""
+    """One proxy instance. Run it in an event loop: `await start()`, later `await stop(grace)`.
 
-    def __init__(self, config: ProxyConfig, *, registry: CollectorRegistry | None = None) -> None:
+    `calls` are the intercepted CRI calls (the proxy's own, `cri_calls.SPECS`, unless a test adds some).
+    """
+
+    def __init__(
+        self, config: ProxyConfig, *, registry: CollectorRegistry | None = None, calls: CallSpecs = cri_calls.SPECS
+    ) -> None:
         self.config = config
+        self.calls = calls
         self.metrics = ProxyMetrics(registry)
-        self.hook_registry = HookRegistry(config.hook_config_dir)
+        self.hook_registry = HookRegistry(config.hook_config_dir, stages=calls.stages)
         self.hooks: HookClient | None = None
         self.runtime: RuntimeClient | None = None
         self.handler: HookedCalls | None = None
@@ -83,7 +91,7 @@ class RuntimeProxy:
         self.runtime = RuntimeClient(cfg.backend, timeout_s=cfg.lookup_timeout_s)
         self.handler = HookedCalls(
             registry=self.hook_registry, hooks=self.hooks, runtime=self.runtime, metrics=self.metrics,
-            force_void=cfg.force_void, hook_server_namespaces=cfg.hook_server_namespaces,
+            force_void=cfg.force_void, hook_server_namespaces=cfg.hook_server_namespaces, specs=self.calls,
         )
         self.relay = Relay(
             dial=make_dialer(cfg), handler=self.handler, backend_name=cfg.backend,
@@ -186,8 +194,10 @@ class RuntimeProxy:
 class ProxyThread:
     """Runs a RuntimeProxy on its own event loop in a background thread (tests, demos)."""
 
-    def __init__(self, config: ProxyConfig, *, registry: CollectorRegistry | None = None) -> None:
-        self.proxy = RuntimeProxy(config, registry=registry)
+    def __init__(
+        self, config: ProxyConfig, *, registry: CollectorRegistry | None = None, calls: CallSpecs = cri_calls.SPECS
+    ) -> None:
+        self.proxy = RuntimeProxy(config, registry=registry, calls=calls)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="runtime-proxy", daemon=True)
 

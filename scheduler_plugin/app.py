@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from apis import tls
 from apis.keyfiles import SchedulerKeyFiles
 from apis.translation import RulesWatcher, TranslationRules
+from scheduler_plugin import binder
 from scheduler_plugin.backend import Backend
 from scheduler_plugin.backend_embedded import EmbeddedBackend
 from scheduler_plugin.backend_kubernetes import KubernetesBackend
@@ -172,6 +173,9 @@ class SchedulerApp:
                 clock=self._clock,
             )
             self.elector.start()  # the first attempt runs now: a lone instance leads on return
+            # Only that first attempt may skip the resync (the state was loaded a moment ago); a standby
+            # that takes over later, its first takeover included, rebuilds from a fresh listing.
+            self._fresh = False
         else:
             metrics.leader.set(1)
         if config.standalone and self.queue is not None:
@@ -192,18 +196,25 @@ class SchedulerApp:
             self.backend.interrupt()
 
     def stop(self, grace: float | None = 5.0, *, release_lease: bool = True) -> None:
-        """Stops everything; `release_lease=False` leaves the lease to expire (what a crash looks like)."""
+        """Stops everything; `release_lease=False` leaves the lease to expire (what a crash looks like).
+
+        The lease goes last: the standalone loop and the servers stop taking work and finish the binds
+        they began while this instance still holds (and renews) the lease; handed back earlier, a
+        standby could take over and give out GPUs that one of those binds then takes too. A bind takes
+        at most `binder.BIND_TIMEOUT_S`, so each drain waits at least that long.
+        """
         self._stop.set()
+        drain = None if grace is None else max(grace, binder.BIND_TIMEOUT_S + 1.0)
         if self.loop is not None:
-            self.loop.stop()
+            self.loop.stop(grace=binder.BIND_TIMEOUT_S + 1.0 if drain is None else drain)
+        if self.extender is not None:
+            self.extender.stop(drain)
+        if self.grpc is not None:
+            self.grpc.stop(drain)
         if self.elector is not None:
             self.elector.stop(release=release_lease)
-        if self.extender is not None:
-            self.extender.stop(grace)
         if self.probes is not None:
             self.probes.stop(grace)
-        if self.grpc is not None:
-            self.grpc.stop(grace)
         if self.backend is not None:
             self.backend.stop()
         if self._ticker is not None:

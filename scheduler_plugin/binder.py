@@ -21,12 +21,17 @@ that write), and a failed bind leaves nothing behind to roll back.
 * The outcome cannot be learned (API down) -> `Unavailable`; the caller keeps
   its reservation until the pod shows up bound (counted from its annotation)
   or the reservation expires, so the GPU is neither counted twice nor lost.
+* All of it takes at most `BIND_TIMEOUT_S`: each request gets what is left
+  (a Binding leaves `_READ_BACK_S` for reading the pod back), so the caller
+  answers kube-scheduler before its extender `httpTimeout` runs out and it
+  retries the pod, perhaps on another node, while this bind could still land.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from scheduler_plugin import pods
@@ -37,21 +42,45 @@ log = logging.getLogger(__name__)
 
 _ATTEMPTS = 3
 
+#: The longest one bind takes, all its requests together. It must stay under kube-scheduler's
+#: extender `httpTimeout` (5 s in hack/deploy/20-kube-scheduler-config.yaml), with room for the
+#: request's wait for a worker, the reserve and the signing: past that timeout kube-scheduler
+#: gives up on the answer and retries the pod, perhaps on another node (docs/scheduler.md).
+BIND_TIMEOUT_S = 4.0
+#: Of that, what a Binding leaves for reading the pod back when it fails (`_settle`).
+_READ_BACK_S = 1.0
 
-def bind(kube: Kube, *, pod: Mapping[str, Any], node: str, annotations: Mapping[str, str]) -> None:
+
+def bind(
+    kube: Kube,
+    *,
+    pod: Mapping[str, Any],
+    node: str,
+    annotations: Mapping[str, str],
+    timeout_s: float = BIND_TIMEOUT_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    deadline = clock() + timeout_s
     meta = pods.meta(pod)
     namespace = str(meta.get("namespace") or "default")
     name = str(meta.get("name") or "")
     uid = str(meta.get("uid") or "")
     where = f"pod {namespace}/{name}"
 
+    def left() -> float:
+        """What a request may take now, keeping the read-back's share."""
+        return deadline - _READ_BACK_S - clock()
+
     current: Mapping[str, Any] = pod
+    failure = KubeAPIError(f"binding {where} to {node}: no time left within {timeout_s:g}s")
     for attempt in range(_ATTEMPTS):
         bound_to = pods.node_name(current)
         if bound_to:
             if bound_to == node and _carries(current, annotations):
                 return  # a retry of a bind that already happened
             raise Conflict(f"{where} is bound to node {bound_to} already; not binding it to {node}")
+        if left() <= 0:
+            break
         try:
             kube.bind_pod(
                 namespace=namespace,
@@ -60,28 +89,48 @@ def bind(kube: Kube, *, pod: Mapping[str, Any], node: str, annotations: Mapping[
                 node=node,
                 resource_version=str(pods.meta(current).get("resourceVersion") or ""),
                 annotations=annotations,
+                timeout_s=left(),
             )
             return
         except KubeAPIError as exc:
             if exc.status == 404:
                 raise NotFound(f"{where} not found; it was deleted") from exc
-            if exc.status != 409 or attempt == _ATTEMPTS - 1:
-                failure = exc
+            failure = exc
+            if exc.status != 409 or attempt == _ATTEMPTS - 1 or left() <= 0:
                 break
-            fresh = kube.get_pod(namespace=namespace, name=name)
+            fresh = kube.get_pod(namespace=namespace, name=name, timeout_s=left())
             if fresh is None or (uid and pods.uid(fresh) != uid):
                 raise NotFound(f"{where} (uid {uid}) is gone or was recreated") from exc
             current = fresh
-    _settle(kube, namespace=namespace, name=name, uid=uid, node=node, annotations=annotations, failure=failure)
+    _settle(
+        kube,
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        node=node,
+        annotations=annotations,
+        failure=failure,
+        timeout_s=deadline - clock(),
+    )
 
 
 def _settle(
-    kube: Kube, *, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str], failure: KubeAPIError
+    kube: Kube,
+    *,
+    namespace: str,
+    name: str,
+    uid: str,
+    node: str,
+    annotations: Mapping[str, str],
+    failure: KubeAPIError,
+    timeout_s: float,
 ) -> None:
     """After a failed Binding: find out whether it happened anyway."""
     where = f"pod {namespace}/{name}"
     try:
-        fresh = kube.get_pod(namespace=namespace, name=name)
+        if timeout_s <= 0:
+            raise KubeAPIError("no time left to read it back")
+        fresh = kube.get_pod(namespace=namespace, name=name, timeout_s=timeout_s)
     except KubeAPIError as exc:
         raise Unavailable(f"binding {where} to {node}: {failure}; and its state cannot be read back ({exc})") from failure
     if fresh is None or (uid and pods.uid(fresh) != uid):

@@ -46,14 +46,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from apis import names
-from apis.allocation import Allocation, AllocationError, GPUShare, decode_allocation
+from apis.allocation import Allocation, AllocationError, GPUShare, decode_allocation, share_memory_bytes
 from apis.devices import GPUInfo, NodeDevices
 from apis.signing import SignatureError
 from apis.translation import TranslationRules
 from scheduler_plugin import pods
 from scheduler_plugin.core.api import Core, NodeName, PodRequest, PodUID
 from scheduler_plugin.core.demand import FULL_PERCENT, demand_of
-from scheduler_plugin.core.records import share_memory_bytes
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +236,7 @@ class BoundPods:
             for share in held[1].gpus if held else ():
                 if share.uuid in gpus and not share.mig_uuid:
                     core_used[share.uuid] -= share.core_percent
-                    memory_used[share.uuid] -= share_memory_bytes(share, gpus[share.uuid])
+                    memory_used[share.uuid] -= share_memory_bytes(share, gpu_memory_bytes=gpus[share.uuid].memory_bytes)
         for uid, c in claimed:
             cut = _cut(c, gpus=gpus, core_used=core_used, memory_used=memory_used, migs_used=migs_used)
             self._core.add_pod(c.request, node, cut)
@@ -302,7 +301,7 @@ class BoundPods:
         for share in _claims(text):
             gpu = gpus.get(share.uuid)
             if gpu is not None:
-                shares.append(replace(share, memory_bytes=min(share_memory_bytes(share, gpu), gpu.memory_bytes), memory_ratio_percent=0))
+                shares.append(replace(share, memory_bytes=min(share_memory_bytes(share, gpu_memory_bytes=gpu.memory_bytes), gpu.memory_bytes), memory_ratio_percent=0))
             else:
                 shares.append(replace(share, memory_bytes=0, memory_ratio_percent=0))  # reported as an orphan, never counted
         return Allocation(gpus=tuple(shares))

@@ -38,12 +38,13 @@ loopback without them is refused here, before anything starts. The metrics
 listener only reads (health, counts) and may face the network as it is.
 
 `policyParams` and `gpuPolicyParams` are numeric knobs handed to the policy
-(`PolicyContext.params`); `policy_params()` lists what each built-in policy
-understands. With `gpuPolicy` empty the node-level policy instance also chooses
-the GPUs, tuned by `policyParams`; `gpuPolicyParams` given without `gpuPolicy`
-makes a second instance of the same policy for the GPU choice. The names and
-ranges are checked against the resolved policies by `check_policies`, after
-the command line has had its say (a flag may change the policy).
+(`PolicyContext.params`); what each policy takes (names, types, defaults,
+ranges) is what it declared when it registered (`policies.policy_spec`). With
+`gpuPolicy` empty the node-level policy instance also chooses the GPUs, tuned
+by `policyParams`; `gpuPolicyParams` given without `gpuPolicy` makes a second
+instance of the same policy for the GPU choice. The names, types and ranges
+are checked against the resolved policies' declarations by `check_policies`,
+after the command line has had its say (a flag may change the policy).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ import yaml
 
 from apis import names, tls
 from apis.tls import TLSFiles
+from scheduler_plugin.core.policies import DEFAULT_POLICY
 
 
 class ConfigError(ValueError):
@@ -97,7 +99,7 @@ class SchedulerConfig:
     verifying_keys: str = ""
     #: The v1 HMAC key of fgpu before v2 signatures, to check bound pods' v1 ones; empty: v1 refused.
     legacy_signing_key: str = ""
-    policy: str = "fgpu"
+    policy: str = DEFAULT_POLICY
     gpu_policy: str = ""
     policy_params: Mapping[str, float] = field(default_factory=dict)
     gpu_policy_params: Mapping[str, float] = field(default_factory=dict)
@@ -204,43 +206,28 @@ def validate(config: SchedulerConfig) -> None:
             "leaderElection: need 0 < retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds, got "
             f"{le.retry_period_s} / {le.renew_deadline_s} / {le.lease_duration_s}; e.g. 2 / 10 / 15"
         )
+    from scheduler_plugin.leader import fencing_problem  # here: leader.py loads the kubernetes client
 
-
-def policy_params() -> dict[str, tuple[str, ...]]:
-    """Parameters each built-in policy understands (see its module docstring).
-
-    A policy not listed (registered by a plugin) checks its own; the ones listed
-    with none would otherwise ignore a misspelt weight silently.
-    """
-    from scheduler_plugin.core.policy_fgpu import PARAMS as FGPU_PARAMS
-    from scheduler_plugin.core.policy_utilization import WEIGHT_KEYS
-
-    return {
-        "binpack": WEIGHT_KEYS,
-        "spread": WEIGHT_KEYS,
-        "fgpu": FGPU_PARAMS,
-        "fgd": (),
-        "random": (),
-        "bestfit": (),
-        "dotprod": (),
-    }
+    problem = fencing_problem(lease_duration_s=le.lease_duration_s, renew_deadline_s=le.renew_deadline_s)
+    if problem:
+        raise ConfigError(problem)
 
 
 def check_policies(config: SchedulerConfig) -> None:
-    """Refuses unknown policy names and parameters the chosen policies do not take.
+    """Refuses unknown policy names, and parameters the chosen policies did not declare or whose
+    type or range their declaration refuses.
 
     Run on the final config (file plus flags). The policies are built once on an
-    empty cluster so their own checks (ranges, e.g. "all weights are 0") run
-    before start, not at the first decision.
+    empty cluster so their own checks (e.g. "all weights are 0") run before
+    start, not at the first decision.
     """
     from scheduler_plugin.core.cluster import ClusterState
-    from scheduler_plugin.core.policies import PolicyContext, make_policy, policy_names
+    from scheduler_plugin.core.policies import PolicyContext, make_policy, policy_names, policy_spec
 
     known = policy_names()
     for key, name in (("policy (--policy)", config.policy), ("gpuPolicy (--gpu-policy)", config.gpu_policy)):
         if name and name not in known:
             raise ConfigError(f"{key}={name!r}: unknown policy; choose one of {', '.join(known)}")
-    accepted_by = policy_params()
     gpu_policy = config.gpu_policy or config.policy
     for key, policy, params in (
         ("policyParams", config.policy, config.policy_params),
@@ -248,15 +235,14 @@ def check_policies(config: SchedulerConfig) -> None:
     ):
         if not params:
             continue
-        accepted = accepted_by.get(policy)
-        if accepted is not None:
-            unknown = sorted(set(params) - set(accepted))
-            if unknown:
-                takes = f"it takes {', '.join(accepted)}" if accepted else "it takes none; remove the key"
-                raise ConfigError(
-                    f"{key}: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a parameter of "
-                    f"policy {policy!r}; {takes}"
-                )
+        accepted = policy_spec(policy).param_names
+        unknown = sorted(set(params) - set(accepted))
+        if unknown:
+            takes = f"it takes {', '.join(accepted)}" if accepted else "it takes none; remove the key"
+            raise ConfigError(
+                f"{key}: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a parameter of "
+                f"policy {policy!r}; {takes}"
+            )
         try:
             make_policy(policy, context=PolicyContext(state=ClusterState(), params=dict(params)))
         except ValueError as exc:

@@ -263,7 +263,13 @@ class ExtenderServer:
         self.extender = Extender(service, pods_from_api=pods_from_api)
         self._service = service
         self._http = BoundedHTTPServer(
-            self.handle, host=host, port=port, name="fgpu-extender", limits=limits, ssl_context=context
+            self.handle,
+            host=host,
+            port=port,
+            name="fgpu-extender",
+            limits=limits,
+            ssl_context=context,
+            inline=lambda method, path: probes.quick_answer(service, method, path),  # probes never wait for a worker
         )
 
     @property

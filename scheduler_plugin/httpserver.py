@@ -19,11 +19,21 @@ a negative length holds a thread forever. Here instead:
   Content-Length of plain digits (else 400); a chunked body gets 411, since
   kube-scheduler always sends a length.
 - At most `max_connections` are open. One more closes the open connection that
-  has waited longest without a complete request (idle or slow), so a flood of
-  idle connections cannot lock kube-scheduler out.
+  has waited longest without a complete request (idle or slow, or slow to read
+  its answer), so a flood of idle connections cannot lock kube-scheduler out.
+  With `max_connections_per_peer`, one address holds at most that many; one
+  more from it is closed at once, so one client cannot crowd out the others.
 - Complete requests go to `workers` threads through a queue of `queue_size`;
-  when it is full the loop answers 503 at once.
-- A client must take its response within `write_timeout_s`.
+  when it is full the loop answers 503 at once. A worker only computes the
+  answer: it never touches the socket.
+- Requests the `inline` handler answers (tiny, non-blocking ones: health
+  probes) are answered on the loop thread, with no worker and no queue, so
+  busy or stuck workers cannot fail a liveness probe.
+- The loop writes every answer, as fast as the client takes it: a client that
+  reads slowly holds its socket and buffer, never a thread, and must take the
+  whole answer within `write_timeout_s` of its start, or is disconnected.
+- `stop(grace)` stops accepting and drops idle connections, and lets requests
+  already taken finish and their answers be written, within the grace.
 
 An error answer is followed by a "lingering close" (nginx's name): the server
 stops writing and discards what the client still sends for a moment, so the
@@ -51,10 +61,14 @@ log = logging.getLogger(__name__)
 
 #: (method, path, body) -> (status, content type, body)
 Handler = Callable[[str, str, bytes], tuple[int, str, bytes]]
+#: (method, path) -> the answer, or None to give the request to a worker. Runs on the loop thread:
+#: it must be quick and never block (no lock that a handler may hold, no I/O).
+InlineHandler = Callable[[str, str], tuple[int, str, bytes] | None]
 
 _CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _READ_CHUNK = 64 * 1024
+_WRITE_CHUNK = 256 * 1024
 _LINGER_S = 1.0
 _LINGER_BYTES = 1024 * 1024
 
@@ -66,6 +80,8 @@ class Limits:
     workers: int = 8
     queue_size: int = 64
     max_connections: int = 256
+    #: connections one address may hold at once; 0: no limit of its own (only max_connections)
+    max_connections_per_peer: int = 0
     request_timeout_s: float = 10.0
     idle_timeout_s: float = 60.0
     write_timeout_s: float = 10.0
@@ -77,16 +93,19 @@ class _State(enum.Enum):
     HANDSHAKE = enum.auto()
     IDLE = enum.auto()  # between requests, nothing of the next one read yet
     READING = enum.auto()  # part of a request read
-    BUSY = enum.auto()  # a worker has it
+    BUSY = enum.auto()  # a worker is computing its answer
+    WRITING = enum.auto()  # the loop is writing its answer
     LINGERING = enum.auto()  # answered with an error; discarding input until close
 
 
 @dataclass(eq=False)
 class _Conn:
-    """One connection's mutable state; owned by the loop, or by one worker while BUSY."""
+    """One connection's mutable state; only the loop thread touches it (a worker gets the request alone)."""
 
     sock: socket.socket
     peer: str
+    #: the peer's address without the port: what max_connections_per_peer counts
+    host: str
     state: _State
     deadline: float
     #: when the current wait began: the oldest waiter is closed first when connections run out
@@ -94,6 +113,10 @@ class _Conn:
     buf: bytearray = field(default_factory=bytearray)
     continued: bool = False
     discarded: int = 0
+    #: the answer being written, how much of it went out, and whether the connection stays open after it
+    out: bytes = b""
+    sent: int = 0
+    keep: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,8 +148,10 @@ class BoundedHTTPServer:
         limits: Limits = Limits(),
         ssl_context: ssl.SSLContext | None = None,
         clock: Callable[[], float] = time.monotonic,
+        inline: InlineHandler | None = None,
     ) -> None:
         self._handler = handler
+        self._inline = inline
         self._limits = limits
         self._ssl = ssl_context
         self._name = name
@@ -144,9 +169,15 @@ class BoundedHTTPServer:
         self._selector.register(self._listener, selectors.EVENT_READ, "listen")
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._conns: set[_Conn] = set()
-        self._returned: collections.deque[tuple[_Conn, bool]] = collections.deque()
+        self._per_peer: collections.Counter[str] = collections.Counter()
+        #: answers from workers: (connection, response bytes, keep the connection open)
+        self._returned: collections.deque[tuple[_Conn, bytes, bool]] = collections.deque()
+        #: connections whose buffer may hold a further (pipelined) request, taken one per loop turn
+        self._ready: collections.deque[_Conn] = collections.deque()
         self._work: queue.Queue[tuple[_Conn, _Request] | None] = queue.Queue(maxsize=limits.queue_size)
         self._stopping = threading.Event()
+        self._stop_deadline = float("inf")
+        self._shed = False
         self._threads: list[threading.Thread] = []
 
     @property
@@ -170,19 +201,17 @@ class BoundedHTTPServer:
             thread.start()
 
     def stop(self, grace: float | None = None) -> None:
-        """Stops accepting, closes waiting connections, lets requests in progress finish within `grace`."""
+        """Stops accepting, closes waiting connections, lets requests in progress finish (and their answers
+        be written) within `grace`."""
+        deadline = None if grace is None else self._clock() + grace
+        self._stop_deadline = float("inf") if deadline is None else deadline
         self._stopping.set()
         if not self._threads:  # never started
             self._close_all()
             return
         self._wake()
-        deadline = None if grace is None else self._clock() + grace
-        for _ in range(self._limits.workers):
-            try:
-                # A full queue drains as workers finish; past the grace they are daemon threads.
-                self._work.put(None, timeout=None if deadline is None else max(0.0, deadline - self._clock()))
-            except queue.Full:
-                break
+        # The loop goes first (it dispatches every request, then tells the workers to end); past the
+        # grace, threads still running are daemon threads.
         for thread in self._threads:
             thread.join(None if deadline is None else max(0.0, deadline - self._clock()))
 
@@ -190,23 +219,50 @@ class BoundedHTTPServer:
 
     def _loop(self) -> None:
         try:
-            while not self._stopping.is_set():
+            while not (self._stopping.is_set() and self._wound_down()):
                 for key, _mask in self._selector.select(self._next_timeout()):
                     if key.data == "listen":
                         self._accept()
                     elif key.data == "wake":
                         self._drain_wake()
+                    elif key.data.state is _State.WRITING:
+                        self._on_writable(key.data)
                     else:
                         self._on_readable(key.data)
                 self._take_returned()
+                self._take_ready()
                 self._expire()
         except Exception:
             log.exception("%s: the connection loop failed", self._name)
         finally:
             self._close_all()
+            # Put here, by the one thread that dispatches, each after every request: none is left unserved.
+            for _ in range(self._limits.workers):
+                try:
+                    self._work.put_nowait(None)
+                except queue.Full:  # only past the grace, with workers still busy: they are daemon threads
+                    break
+
+    def _wound_down(self) -> bool:
+        """While stopping: stops listening and drops waiting connections (once); True when nothing is left
+        to finish (no request with a worker, no answer being written) or the grace is over."""
+        if not self._shed:
+            self._shed = True
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(self._listener)
+            _close(self._listener)
+            for conn in [c for c in self._conns if c.state not in (_State.BUSY, _State.WRITING)]:
+                self._drop(conn)
+        if self._clock() >= self._stop_deadline:
+            return True
+        return not any(c.state in (_State.BUSY, _State.WRITING) for c in self._conns) and not self._returned
 
     def _next_timeout(self) -> float:
+        if self._ready or self._returned:
+            return 0.0
         waiting = [c.deadline for c in self._conns if c.state is not _State.BUSY]
+        if self._stopping.is_set():
+            waiting.append(self._stop_deadline)
         if not waiting:
             return 1.0
         return max(0.0, min(1.0, min(waiting) - self._clock()))
@@ -220,6 +276,12 @@ class BoundedHTTPServer:
             except OSError as exc:  # e.g. EMFILE: the next select tries again
                 log.warning("%s: accept failed: %s", self._name, exc)
                 return
+            host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+            per_peer = self._limits.max_connections_per_peer
+            if per_peer and self._per_peer[host] >= per_peer:
+                log.debug("%s: %s holds %d connections already; closing one more", self._name, host, per_peer)
+                _close(sock)
+                continue
             if len(self._conns) >= self._limits.max_connections and not self._evict_oldest():
                 _close(sock)  # every connection is being served: no room
                 continue
@@ -235,8 +297,11 @@ class BoundedHTTPServer:
                 state = _State.HANDSHAKE
             # The first request must come within the request timeout, not the idle one:
             # a client connects to send a request.
-            conn = _Conn(sock=sock, peer=str(peer), state=state, deadline=now + self._limits.request_timeout_s, since=now)
+            conn = _Conn(
+                sock=sock, peer=str(peer), host=host, state=state, deadline=now + self._limits.request_timeout_s, since=now
+            )
             self._conns.add(conn)
+            self._per_peer[host] += 1
             self._selector.register(sock, selectors.EVENT_READ, conn)
 
     def _evict_oldest(self) -> bool:
@@ -304,6 +369,16 @@ class BoundedHTTPServer:
             return
         if request is None:
             return
+        if self._inline is not None:
+            try:
+                quick = self._inline(request.method, request.path)
+            except Exception:
+                log.exception("%s: %s %s failed", self._name, request.method, request.path)
+                quick = 500, "text/plain", b"internal error; see the scheduler's log"
+            if quick is not None:
+                keep = request.keep_alive and not self._stopping.is_set()
+                self._send(conn, _response(*quick, keep_alive=keep), keep=keep)
+                return
         self._selector.unregister(conn.sock)
         conn.state = _State.BUSY
         try:
@@ -385,31 +460,78 @@ class BoundedHTTPServer:
 
     def _take_returned(self) -> None:
         while self._returned:
-            conn, keep = self._returned.popleft()
-            if not keep or self._stopping.is_set():
-                self._forget(conn)
-                continue
-            now = self._clock()
-            conn.state = _State.READING if conn.buf else _State.IDLE
-            conn.since = now
-            conn.deadline = now + (self._limits.request_timeout_s if conn.buf else self._limits.idle_timeout_s)
-            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
-            if conn.buf:  # a pipelined request arrived with the last one
+            conn, data, keep = self._returned.popleft()
+            if conn in self._conns:
+                self._send(conn, data, keep=keep and not self._stopping.is_set())
+
+    def _take_ready(self) -> None:
+        """One further request of each connection that had more than one in its buffer (never recursively:
+        a client pipelining thousands of probes gets one answer per loop turn)."""
+        for _ in range(len(self._ready)):
+            conn = self._ready.popleft()
+            if conn in self._conns and conn.state is _State.READING:
                 self._advance(conn)
+
+    # --- writing answers, from the loop ------------------------------------------------
+
+    def _send(self, conn: _Conn, data: bytes, *, keep: bool) -> None:
+        """Writes `data` to `conn`: what the socket takes now, the rest as the client reads it."""
+        now = self._clock()
+        conn.state, conn.out, conn.sent, conn.keep = _State.WRITING, data, 0, keep
+        conn.since, conn.deadline = now, now + self._limits.write_timeout_s
+        self._watch(conn, selectors.EVENT_WRITE)
+        self._on_writable(conn)
+
+    def _on_writable(self, conn: _Conn) -> None:
+        view = memoryview(conn.out)
+        while conn.sent < len(view):
+            try:
+                conn.sent += conn.sock.send(view[conn.sent:conn.sent + _WRITE_CHUNK])
+            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
+                self._watch(conn, selectors.EVENT_WRITE)
+                return
+            except ssl.SSLWantReadError:  # TLS needs to read first; a readable socket brings us back here
+                self._watch(conn, selectors.EVENT_READ)
+                return
+            except (OSError, ValueError) as exc:
+                log.debug("%s: could not answer %s: %s", self._name, conn.peer, exc)
+                self._drop(conn)
+                return
+        conn.out, conn.sent = b"", 0
+        if not conn.keep or self._stopping.is_set():
+            self._drop(conn)
+            return
+        now = self._clock()
+        conn.state = _State.READING if conn.buf else _State.IDLE
+        conn.since = now
+        conn.deadline = now + (self._limits.request_timeout_s if conn.buf else self._limits.idle_timeout_s)
+        self._watch(conn, selectors.EVENT_READ)
+        if conn.buf:  # a pipelined request arrived with the last one
+            self._ready.append(conn)
+
+    def _watch(self, conn: _Conn, events: int) -> None:
+        try:
+            self._selector.modify(conn.sock, events, conn)
+        except KeyError:
+            self._selector.register(conn.sock, events, conn)
 
     def _drop(self, conn: _Conn) -> None:
         self._forget(conn)
         _close(conn.sock)
 
     def _forget(self, conn: _Conn) -> None:
-        self._conns.discard(conn)
+        if conn in self._conns:
+            self._conns.discard(conn)
+            self._per_peer[conn.host] -= 1
+            if self._per_peer[conn.host] <= 0:
+                del self._per_peer[conn.host]
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(conn.sock)
 
     def _close_all(self) -> None:
+        # Workers never touch sockets, so a connection whose request a worker still runs closes too.
         for conn in list(self._conns):
-            if conn.state is not _State.BUSY:
-                self._drop(conn)
+            self._drop(conn)
         for sock in (self._listener, self._wake_r, self._wake_w):
             _close(sock)
         with contextlib.suppress(OSError, RuntimeError):
@@ -425,7 +547,7 @@ class BoundedHTTPServer:
             while self._wake_r.recv(4096):
                 pass
 
-    # --- workers: run the handler, write the answer -------------------------------------
+    # --- workers: run the handler; the loop writes the answer -------------------------------
 
     def _worker(self) -> None:
         while True:
@@ -433,29 +555,19 @@ class BoundedHTTPServer:
             if item is None:
                 return
             conn, request = item
-            keep = self._serve(conn, request)
-            self._returned.append((conn, keep))
+            data, keep = self._serve(request)
+            self._returned.append((conn, data, keep))
             self._wake()
 
-    def _serve(self, conn: _Conn, request: _Request) -> bool:
-        """Runs the handler and writes its answer; True when the connection stays open."""
+    def _serve(self, request: _Request) -> tuple[bytes, bool]:
+        """Runs the handler: (the response, whether the connection stays open after it)."""
         try:
             status, content_type, body = self._handler(request.method, request.path, request.body)
         except Exception:
             log.exception("%s: %s %s failed", self._name, request.method, request.path)
             status, content_type, body = 500, "text/plain", b"internal error; see the scheduler's log"
         keep = request.keep_alive and not self._stopping.is_set()
-        try:
-            conn.sock.settimeout(self._limits.write_timeout_s)
-            conn.sock.sendall(_response(status, content_type, body, keep_alive=keep))
-            if keep:
-                conn.sock.setblocking(False)
-        except (OSError, ValueError) as exc:
-            log.debug("%s: could not answer %s: %s", self._name, conn.peer, exc)
-            keep = False
-        if not keep:
-            _close(conn.sock)
-        return keep
+        return _response(status, content_type, body, keep_alive=keep), keep
 
 
 def _response(status: int, content_type: str, body: bytes, *, keep_alive: bool) -> bytes:

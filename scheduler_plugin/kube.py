@@ -7,13 +7,23 @@ the API's own camelCase JSON (`_preload_content=False`, watches with
 call has a client-side timeout, so a hung API server stalls a caller for
 seconds, not forever. Library exceptions are turned into
 `errors.KubeAPIError` here, so no other module needs the client's types.
+
+Pod writes (the Binding, metadata patches) are *fenced*: each asks the fence
+(the leader lease, `leader.LeaderElector.check_lead`) first, which refuses it
+or answers how long it may still take, and goes out on a client of its own
+with urllib3's retries off and that time as its whole timeout. urllib3 by
+default sends a request again after a connection error, each try with the
+full timeout, so a Binding checked once could leave tens of seconds after its
+check, when a standby may hold the lease. See docs/scheduler.md, "Leader fencing".
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import socket
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,8 +42,9 @@ REQUEST_TIMEOUT_S = 10.0
 
 _MERGE_PATCH = "application/merge-patch+json"
 
-#: Called before every pod write; raises (errors.NotLeader) to refuse it. See `Kube.fence_pod_writes`.
-WriteFence = Callable[[], None]
+#: Called before every pod write: raises (errors.NotLeader) to refuse it, else returns the seconds the write may
+#: still take (its whole client-side timeout). See `Kube.fence_pod_writes`.
+WriteFence = Callable[[], float]
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,11 @@ class Kube:
         self._policy = client.PolicyV1Api(api_client)
         self._timeout = request_timeout_s
         self._fence: WriteFence | None = None
+        # Fenced writes go out once: no urllib3 retry may send them after their time is up.
+        self._fenced_api = client.ApiClient(_without_retries(api_client.configuration))
+        self._fenced_core = client.CoreV1Api(self._fenced_api)
+        self._fenced_in_flight = 0
+        self._fenced_idle = threading.Condition()
 
     @classmethod
     def connect(cls, *, kubeconfig: str = "", request_timeout_s: float = REQUEST_TIMEOUT_S) -> Kube:
@@ -79,15 +95,26 @@ class Kube:
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
+        self._fenced_api.close()  # type: ignore[no-untyped-call]
 
     def fence_pod_writes(self, fence: WriteFence | None) -> None:
-        """Makes every later pod write (metadata patch, Binding) call `fence` first; it raises to refuse the write.
+        """Makes every later pod write (metadata patch, Binding) call `fence` first; it raises to refuse the write,
+        or returns the seconds the write may take, which bound its timeout.
 
         The leader elector installs its lease check here (`LeaderElector.start`), so the check runs right
         before each request leaves, not only when a bind begins: a leader that was paused past its
         lease cannot write a pod once it resumes. None removes the fence.
         """
         self._fence = fence
+
+    def wait_fenced_writes(self, *, timeout_s: float) -> bool:
+        """Waits until no fenced write is in flight (at most `timeout_s`); False if one still is.
+
+        A write counts from before its fence check, so once the fence refuses every new write, a
+        True here means no write admitted by it can still reach the API server.
+        """
+        with self._fenced_idle:
+            return self._fenced_idle.wait_for(lambda: self._fenced_in_flight == 0, timeout=max(0.0, timeout_s))
 
     # --- pods ---------------------------------------------------------------
 
@@ -97,20 +124,21 @@ class Kube:
     def watch_pods(self, *, resource_version: str, timeout_s: int) -> WatchStream:
         return self._watch(self._core.list_pod_for_all_namespaces, resource_version=resource_version, timeout_s=timeout_s)
 
-    def get_pod(self, *, namespace: str, name: str) -> JSON | None:
+    def get_pod(self, *, namespace: str, name: str, timeout_s: float | None = None) -> JSON | None:
+        """The pod, or None when there is none; `timeout_s` shortens the request timeout."""
         try:
-            return _json(self._call(self._core.read_namespaced_pod, name=name, namespace=namespace))
+            return _json(self._call(self._core.read_namespaced_pod, timeout_s=timeout_s, name=name, namespace=namespace))
         except KubeAPIError as exc:
             if exc.status == 404:
                 return None
             raise
 
     def patch_pod_metadata(self, *, namespace: str, name: str, metadata: JSON) -> JSON:
-        """Merge-patches metadata (labels/annotations; a None value removes a key)."""
-        self._check_fence()
+        """Merge-patches metadata (labels/annotations; a None value removes a key). Fenced."""
         return _json(
-            self._call(
-                self._core.patch_namespaced_pod,
+            self._fenced_call(
+                self._fenced_core.patch_namespaced_pod,
+                timeout_s=None,
                 name=name,
                 namespace=namespace,
                 body={"metadata": metadata},
@@ -127,13 +155,14 @@ class Kube:
         node: str,
         resource_version: str = "",
         annotations: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
     ) -> None:
-        """POST pods/binding: sets spec.nodeName and merges `annotations` into the pod in one write.
+        """POST pods/binding: sets spec.nodeName and merges `annotations` into the pod in one write. Fenced.
 
         kube-apiserver applies both atomically (BindingREST.setPodHostAndAnnotations), and refuses
         with 409 a pod that is bound already, or whose uid or resourceVersion is not the given one.
+        `timeout_s` shortens the timeout further than the fence does.
         """
-        self._check_fence()
         metadata: JSON = {"name": name, "namespace": namespace}
         if uid:
             metadata["uid"] = uid
@@ -147,7 +176,9 @@ class Kube:
             "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        self._call(self._core.create_namespaced_pod_binding, name=name, namespace=namespace, body=body)
+        self._fenced_call(
+            self._fenced_core.create_namespaced_pod_binding, timeout_s=timeout_s, name=name, namespace=namespace, body=body
+        )
 
     # --- nodes and devices ---------------------------------------------------
 
@@ -205,14 +236,27 @@ class Kube:
 
     # --- plumbing ------------------------------------------------------------
 
-    def _check_fence(self) -> None:
-        fence = self._fence
-        if fence is not None:
-            fence()
-
-    def _call(self, func: Callable[..., Any], **kwargs: Any) -> Any:
+    def _fenced_call(self, func: Callable[..., Any], *, timeout_s: float | None, **kwargs: Any) -> Any:
+        """One pod write: counted in flight from before the fence check, sent once, within the fence's time."""
+        with self._fenced_idle:
+            self._fenced_in_flight += 1
         try:
-            return func(_preload_content=False, _request_timeout=self._timeout, **kwargs)
+            limit = self._timeout if timeout_s is None else min(self._timeout, timeout_s)
+            fence = self._fence
+            if fence is not None:
+                limit = min(limit, fence())
+            if limit <= 0:
+                raise KubeAPIError(f"no time left for this pod write (limit {limit:.2f}s); it was not sent")
+            return self._call(func, timeout_s=limit, **kwargs)
+        finally:
+            with self._fenced_idle:
+                self._fenced_in_flight -= 1
+                self._fenced_idle.notify_all()
+
+    def _call(self, func: Callable[..., Any], *, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        timeout = self._timeout if timeout_s is None else min(self._timeout, timeout_s)
+        try:
+            return func(_preload_content=False, _request_timeout=timeout, **kwargs)
         except ApiException as exc:
             raise _api_error(exc) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -296,6 +340,13 @@ class WatchStream:
             with contextlib.suppress(Exception):
                 response.close()
                 response.release_conn()
+
+
+def _without_retries(configuration: client.Configuration) -> client.Configuration:
+    """A copy of `configuration` (same server, credentials and their refresh hook) whose requests are sent once."""
+    fenced = copy.copy(configuration)
+    fenced.retries = False
+    return fenced
 
 
 def _json(response: Any) -> JSON:

@@ -16,10 +16,18 @@ SIGSTOP, a slow API call) between that check and its write would bind, on
 its stale view, after a new leader has handed the same GPU out. So `start`
 fences the Kube it was given: every pod write through it runs `check_lead`
 right before the request leaves, and a deposed leader's write is refused
-locally (`NotLeader`). What is left is the time between that check and the
-API server applying the write: `lease_duration_s - renew_deadline_s` (5 s
-as deployed) must cover it, and the Binding itself carries the pod's uid
-and resourceVersion, so it lands only on the pod the decision was made for.
+locally (`NotLeader`).
+
+What is left is the time between that check and the API server applying the
+write. `check_lead` answers it: the time until a standby could take the lease
+(last renewal + `lease_duration_s`; a standby counts from when it *received*
+that renewal, so never earlier) less `FENCE_SAFETY_GAP_S`, and the Kube sends
+the write once (no client retries) with that as its whole timeout. A leader
+still leads only within `renew_deadline_s` of its renewal, so every write gets
+at least `lease_duration_s - renew_deadline_s - FENCE_SAFETY_GAP_S` (4.5 s as
+deployed); `fencing_problem` refuses settings that leave it less than
+`MIN_FENCED_WRITE_S`. The Binding itself carries the pod's uid and
+resourceVersion, so it lands only on the pod the decision was made for.
 """
 
 from __future__ import annotations
@@ -39,6 +47,26 @@ from scheduler_plugin.kube import Kube
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
+
+#: Taken off every fenced write's time: what passes between the lease check and the request leaving
+#: (GIL, GC), the API server noticing a client that gave up, and the rates of two machines' clocks.
+FENCE_SAFETY_GAP_S = 0.5
+#: The least time a fenced write (a Binding) may be given; settings that leave less are refused.
+MIN_FENCED_WRITE_S = 0.5
+
+
+def fencing_problem(*, lease_duration_s: float, renew_deadline_s: float) -> str:
+    """Why these lease settings cannot fence a write (empty when they can)."""
+    margin = lease_duration_s - renew_deadline_s
+    need = FENCE_SAFETY_GAP_S + MIN_FENCED_WRITE_S
+    if margin > need:
+        return ""
+    return (
+        f"leaderElection: leaseDurationSeconds - renewDeadlineSeconds = {lease_duration_s:g} - {renew_deadline_s:g} "
+        f"= {margin:g}s is the time a leader's last write has before a standby may take the lease; it must be "
+        f"larger than {need:g}s (a {MIN_FENCED_WRITE_S:g}s Binding plus the {FENCE_SAFETY_GAP_S:g}s safety gap), "
+        "or a Binding could land after another instance leads; e.g. leaseDurationSeconds 15, renewDeadlineSeconds 10"
+    )
 
 
 @dataclass(frozen=True)
@@ -104,7 +132,13 @@ class LeaderElector:
         on_stopped_leading: Callable[[], None] = lambda: None,
         clock: Clock = time.monotonic,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        safety_gap_s: float = FENCE_SAFETY_GAP_S,
     ) -> None:
+        if lease_duration_s - renew_deadline_s <= safety_gap_s:
+            raise ValueError(
+                f"lease_duration_s - renew_deadline_s = {lease_duration_s - renew_deadline_s:g}s leaves no time for a "
+                f"fenced write after the {safety_gap_s:g}s safety gap; make the lease longer"
+            )
         self._kube = kube
         self._namespace = namespace
         self._name = name
@@ -112,6 +146,7 @@ class LeaderElector:
         self._lease_duration_s = lease_duration_s
         self._renew_deadline_s = renew_deadline_s
         self._retry_period_s = retry_period_s
+        self._safety_gap_s = safety_gap_s
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
         self._clock = clock
@@ -128,15 +163,20 @@ class LeaderElector:
         """True while leading and the last renewal is within the renew deadline (a stalled loop loses it)."""
         return self._leading and self._clock() - self._last_renew < self._renew_deadline_s
 
-    def check_lead(self) -> None:
-        """Returns while this instance may write as leader; raises NotLeader otherwise (the Kube's write fence)."""
-        if self._stop.is_set() or not self.is_leader():
-            since = self._clock() - self._last_renew
-            raise NotLeader(
-                f"fgpu-scheduler {self.identity} does not hold lease {self._namespace}/{self._name} now "
-                f"(last renewed {since:.1f}s ago; renew deadline {self._renew_deadline_s:.1f}s), so it writes no pod: "
-                "the current leader binds; this instance retries if it leads again"
-            )
+    def check_lead(self) -> float:
+        """The Kube's write fence: the seconds a write may take as leader, or NotLeader.
+
+        That is until a standby could take the lease (it waits `lease_duration_s` from when it received
+        our last renewal, which is after we sent it), less the safety gap.
+        """
+        now = self._clock()
+        if not self._stop.is_set() and self.is_leader():
+            return self._writes_end() - now
+        raise NotLeader(
+            f"fgpu-scheduler {self.identity} does not hold lease {self._namespace}/{self._name} now "
+            f"(last renewed {now - self._last_renew:.1f}s ago; renew deadline {self._renew_deadline_s:.1f}s), so it "
+            "writes no pod: the current leader binds; this instance retries if it leads again"
+        )
 
     def start(self) -> None:
         """Fences the Kube's pod writes with the lease, campaigns once now (so a lone instance leads when this
@@ -147,19 +187,33 @@ class LeaderElector:
         self._thread.start()
 
     def stop(self, *, release: bool = True, grace: float = 5.0) -> None:
-        """Stops campaigning; with `release`, hands the lease back so a standby takes over at once."""
+        """Stops campaigning; with `release`, hands the lease back so a standby takes over at once.
+
+        From here the fence refuses every write; the lease is handed back only once no write it
+        admitted can still land (each is bounded by its timeout), so the next leader never races one.
+        """
         self._stop.set()
         if self._thread is not None:
             self._thread.join(grace)
         if self._leading:
             self._step_down()
             if release:
+                if not self._kube.wait_fenced_writes(timeout_s=self._writes_end() - self._clock()):
+                    log.warning("leader election: a pod write outlived its time; releasing the lease anyway")
                 self._release()
 
+    def _writes_end(self) -> float:
+        """When a write admitted now must be done; no write admitted earlier ends later (renewals only move it on)."""
+        return self._last_renew + self._lease_duration_s - self._safety_gap_s
+
     def try_acquire_or_renew(self) -> bool:
+        # `now`, from before any request, is when a renewal counts from: the lease is written after it.
         now = self._clock()
         try:
             lease = self._kube.get_lease(namespace=self._namespace, name=self._name)
+            # A record is first seen when the answer arrives (client-go: observedTime after the Get); stamped
+            # before the GET, a slow GET would let this standby take over that much early.
+            received = self._clock()
             if lease is None:
                 record = next_record(current=None, identity=self.identity, lease_duration_s=self._lease_duration_s, wall=self._wall())
                 created = self._kube.create_lease(namespace=self._namespace, body=self._body(record, rv=""))
@@ -168,7 +222,7 @@ class LeaderElector:
             current = LeaseRecord.from_lease(lease)
             rv = str((lease.get("metadata") or {}).get("resourceVersion") or "")
             if current != self._observed or rv != self._observed_rv:
-                self._observed, self._observed_rv, self._observed_at = current, rv, now
+                self._observed, self._observed_rv, self._observed_at = current, rv, received
             if not may_take(
                 record=current, identity=self.identity, observed_at=self._observed_at, now=now, lease_duration_s=self._lease_duration_s
             ):

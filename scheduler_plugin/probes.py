@@ -6,6 +6,12 @@ They are served beside the extender's verbs and, on their own, on the
 nothing on it changes state or reveals a secret: health is a word, and the
 metrics carry counts, durations, node and model names, never a signature or an
 annotation.
+
+Liveness must not depend on who else is connected: `/healthz` and `/readyz`
+are answered on the HTTP loop thread itself (`quick_answer`: two flags, no
+lock, no I/O), never queued behind `/metrics` scrapes for a worker, and the
+loop writes every answer as the client reads it, so scrapers that read slowly
+hold no worker. One address may hold at most 8 connections.
 """
 
 from __future__ import annotations
@@ -13,8 +19,9 @@ from __future__ import annotations
 from scheduler_plugin.httpserver import BoundedHTTPServer, Limits
 from scheduler_plugin.scheduling import SchedulingService
 
-#: GETs only, few at a time: a probe or a scrape every few seconds.
-PROBE_LIMITS = Limits(workers=2, queue_size=16, max_connections=64, max_body_bytes=4096)
+#: GETs only, few at a time: a probe or a scrape every few seconds. kubelet probes from the node's
+#: address and Prometheus from its pod's, each with a connection or two.
+PROBE_LIMITS = Limits(workers=2, queue_size=16, max_connections=64, max_connections_per_peer=8, max_body_bytes=4096)
 
 
 def answer(service: SchedulingService, method: str, path: str) -> tuple[int, str, bytes] | None:
@@ -34,6 +41,15 @@ def answer(service: SchedulingService, method: str, path: str) -> tuple[int, str
     return 200, "text/plain; version=0.0.4", service.metrics.exposition()
 
 
+def quick_answer(service: SchedulingService, method: str, path: str) -> tuple[int, str, bytes] | None:
+    """The answer for /healthz or /readyz, None for any other path. It reads two flags and takes no lock,
+    so the HTTP loop gives it on its own thread (`BoundedHTTPServer(inline=...)`)."""
+    verb = path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    if verb not in ("healthz", "readyz"):
+        return None
+    return answer(service, method, path)
+
+
 class ProbeServer:
     """/healthz, /readyz and /metrics alone on `HOST:PORT` (an empty host means loopback)."""
 
@@ -44,7 +60,14 @@ class ProbeServer:
                 return 404, "text/plain", f"unknown path {path}; use /healthz, /readyz or /metrics".encode()
             return found
 
-        self._http = BoundedHTTPServer(handle, host=host or "127.0.0.1", port=port, name="fgpu-probes", limits=PROBE_LIMITS)
+        self._http = BoundedHTTPServer(
+            handle,
+            host=host or "127.0.0.1",
+            port=port,
+            name="fgpu-probes",
+            limits=PROBE_LIMITS,
+            inline=lambda method, path: quick_answer(service, method, path),
+        )
 
     @property
     def address(self) -> tuple[str, int]:

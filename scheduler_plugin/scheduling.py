@@ -16,6 +16,13 @@ tell (Unavailable), the reservation stays assumed: either the pod shows up
 bound through the backend's feed (and is counted from its annotation), or the
 reservation expires, and a retry reuses the reservation rather than choosing
 again. A GPU is therefore never counted twice, nor lost.
+
+While a bind of a pod is in flight, or its outcome is unknown and its
+reservation still held, a reserve or bind of that pod for another node is
+refused (Conflict, retryable): moving the reservation would free GPUs that
+the first Binding may still take, and a third pod could be given them.
+kube-scheduler does exactly that when an extender bind outlives its
+httpTimeout: it retries the pod, perhaps on another node.
 """
 
 from __future__ import annotations
@@ -127,6 +134,10 @@ class SchedulingService:
         #: uid -> node of every pod known to be bound (GPU or not); the core's
         #: allocation_of only knows pods holding GPUs
         self._bound: dict[str, NodeName] = {}
+        #: uid -> (node, how many binds) of binds in flight: the pod may land there any moment
+        self._binding: dict[str, tuple[NodeName, int]] = {}
+        #: uids whose last bind's outcome is unknown (Unavailable): it may land while the reservation lasts
+        self._unsettled: set[str] = set()
 
     # --- decisions ----------------------------------------------------------------
 
@@ -209,31 +220,39 @@ class SchedulingService:
         target = NodeName(node)
         with self.metrics.timed(Phase.RESERVE), self._lock:
             allocation = self._reserve_locked(request, target)
-        signed = self._signed(pod, request.uid, target, allocation)
-        with self.metrics.timed(Phase.BIND):
-            try:
-                self._backend.bind(pod=pod, node=target, annotations=signed.annotations)
-            except Unavailable:
-                # Outcome unknown: keep the reservation (see module docstring).
-                self.metrics.bind_failures.labels(step="unknown").inc()
-                raise
-            except Conflict:
-                self.metrics.bind_failures.labels(step="bind").inc()
-                self._count_bound_elsewhere(request)
-                raise
-            except Exception:
-                self.metrics.bind_failures.labels(step="bind").inc()
-                with self._lock:
-                    self._core.unreserve(request.uid)
-                raise
-        with self._lock:
-            # Not confirm(): the reservation may have expired or been dropped
-            # (Unreserve, resync) while the bind ran; add_pod counts the pod either way.
-            self._core.add_pod(request, target, allocation)
-            self._bound[request.uid] = target
-            if signed.annotations:
-                self._history.remember(request.uid, target, signed.allocation)
-        return signed
+            self._binding_started(request.uid, target)  # under the same lock: no reserve elsewhere in between
+        try:
+            signed = self._signed(pod, request.uid, target, allocation)
+            with self.metrics.timed(Phase.BIND):
+                try:
+                    self._backend.bind(pod=pod, node=target, annotations=signed.annotations)
+                except Unavailable:
+                    # Outcome unknown: keep the reservation (see module docstring).
+                    self.metrics.bind_failures.labels(step="unknown").inc()
+                    with self._lock:
+                        self._unsettled.add(request.uid)
+                    raise
+                except Conflict:
+                    self.metrics.bind_failures.labels(step="bind").inc()
+                    self._count_bound_elsewhere(request)
+                    raise
+                except Exception:
+                    self.metrics.bind_failures.labels(step="bind").inc()
+                    with self._lock:
+                        self._core.unreserve(request.uid)
+                    raise
+            with self._lock:
+                # Not confirm(): the reservation may have expired or been dropped
+                # (Unreserve, resync) while the bind ran; add_pod counts the pod either way.
+                self._core.add_pod(request, target, allocation)
+                self._bound[request.uid] = target
+                self._unsettled.discard(request.uid)
+                if signed.annotations:
+                    self._history.remember(request.uid, target, signed.allocation)
+            return signed
+        finally:
+            with self._lock:
+                self._binding_ended(request.uid)
 
     def place(self, pod: Mapping[str, Any]) -> tuple[NodeName, Allocation] | None:
         """Filter + score + tie-break over every node, then reserve on the best: one decision, no I/O.
@@ -398,6 +417,7 @@ class SchedulingService:
         with self._lock:
             held = self._core.allocation_of(uid) is not None
             self._bound.pop(uid, None)
+            self._unsettled.discard(uid)
             self._core.unreserve(uid)
             self._bound_pods.remove(uid)
         if self._recorder is not None:
@@ -415,15 +435,38 @@ class SchedulingService:
         bound_to = self._bound.get(request.uid)
         if bound_to is not None and bound_to != node:
             raise Conflict(f"pod {request.key} (uid {request.uid}) is bound to node {bound_to} already, not {node}")
+        binding = self._binding.get(request.uid)
+        if binding is not None and binding[0] != node:
+            raise Conflict(
+                f"pod {request.key} (uid {request.uid}) is being bound to node {binding[0]} right now; not reserving it "
+                f"on {node} meanwhile; retry once that bind has answered"
+            )
         existing = self._core.allocation_of(request.uid)
         if existing is not None:
             if existing[0] == node:
                 return existing[1]
+            if request.uid in self._unsettled:
+                raise Conflict(
+                    f"pod {request.key} (uid {request.uid}): whether its bind to node {existing[0]} happened is not "
+                    f"known yet; not moving it to {node} until the pod shows up bound or its reservation expires; retry"
+                )
             self._core.unreserve(request.uid)
+        self._unsettled.discard(request.uid)  # its reservation is gone (expired, resync): nothing left to hold
         try:
             return self._core.reserve(request, node)
         except SchedulingError as exc:
             raise Unschedulable(f"pod {request.key} does not fit on node {node}: {exc}") from exc
+
+    def _binding_started(self, uid: str, node: NodeName) -> None:
+        _, count = self._binding.get(uid, (node, 0))
+        self._binding[uid] = (node, count + 1)
+
+    def _binding_ended(self, uid: str) -> None:
+        node, count = self._binding.get(uid, (NodeName(""), 1))
+        if count > 1:
+            self._binding[uid] = (node, count - 1)
+        else:
+            self._binding.pop(uid, None)
 
     def _count_bound_elsewhere(self, request: PodRequest) -> None:
         """After a Conflict: counts the pod where it is actually bound, with the allocation it carries."""

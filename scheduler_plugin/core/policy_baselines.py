@@ -27,6 +27,7 @@ from scheduler_plugin.core.policies import (
     register_policy,
 )
 from scheduler_plugin.core.policy_fgd import free_milli
+from scheduler_plugin.core.settings import NoOptions, NoParams
 
 #: the normalisers of the paper's simulator: its largest node spec
 MAX_SPEC_CPU_MILLI = 128_000
@@ -86,6 +87,27 @@ class DotProductPolicy(BasePolicy):
         return result
 
 
-register_policy("random", RandomPolicy)
-register_policy("bestfit", BestFitPolicy)
-register_policy("dotprod", DotProductPolicy)
+register_policy(
+    "random",
+    lambda context, params, options: RandomPolicy(context),
+    params=NoParams,
+    options=NoOptions,
+    score="uniform over the feasible nodes (drawn with the run's seed)",
+    share_gpu="uniform fitting GPU",
+)
+register_policy(
+    "bestfit",
+    lambda context, params, options: BestFitPolicy(context),
+    params=NoParams,
+    options=NoOptions,
+    score="`int((1 - [0.5*(cpuFree-cpuReq)/128000 + 0.5*(gpuFree-gpuReq)/8000]) * 100)`, memory ignored",
+    share_gpu="tightest",
+)
+register_policy(
+    "dotprod",
+    lambda context, params, options: DotProductPolicy(context),
+    params=NoParams,
+    options=NoOptions,
+    score="Tetris alignment of free (CPU, GPU) with the request, normalised by 128 cores / 8 GPUs",
+    share_gpu="tightest",
+)

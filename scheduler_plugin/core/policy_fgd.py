@@ -8,8 +8,9 @@ exact Δ instead scores about a point lower on the Alibaba trace. For a share ev
 take it is tried and the node scores its best GPU (lowest index among equal scores); that GPU is
 the one `choose_share_gpus` returns.
 
-The target workload comes from `PolicyContext.options["workload"]` (a `TargetWorkload`, as the
-simulator builds from the trace); without one, `GENERIC_WORKLOAD` stands in.
+The target workload comes from the option `workload` (a `TargetWorkload`, as the simulator builds
+from the trace); without one it is learnt from the pods the core takes in (`workload_learning.py`),
+and `GENERIC_WORKLOAD` stands in until the first one.
 
 Cost: a `FragmentationTracker` keeps per-node counters in step with the core's state (a node is
 refreshed only after it changed), and node scores are cached per demand shape and node version,
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 
@@ -34,6 +36,7 @@ from scheduler_plugin.core.fragmentation import (
     TargetWorkload,
 )
 from scheduler_plugin.core.policies import BasePolicy, BoolMatrix, PolicyContext, SlotArray, register_policy
+from scheduler_plugin.core.settings import NoParams, Option
 from scheduler_plugin.core.workload_learning import WorkloadLearner
 
 #: Stand-in target workload when the caller gives none: whole 1/2/4/8-GPU pods and common shares.
@@ -53,6 +56,16 @@ GENERIC_WORKLOAD = TargetWorkload(
 _UNTRACKED_CPU = 1 << 40
 
 NOT_FIT = -1.0
+
+
+@dataclass(frozen=True)
+class FragmentationOptions:
+    """What the fragmentation-measuring policies (fgd, fgpu) can be handed."""
+
+    workload: Annotated[
+        TargetWorkload | None,
+        Option("the target workload fragmentation is measured against; without it, learnt from the pods placed"),
+    ] = None
 
 
 def free_milli(state: ClusterState, rows: SlotArray) -> IntArray:
@@ -160,15 +173,12 @@ class CachedScorePolicy(BasePolicy):
     #: milli-GPU of change that moves the sigmoid score by about 25 points
     score_scale: float = MILLI
 
-    def __init__(self, context: PolicyContext, *, workload: TargetWorkload | None = None) -> None:
+    def __init__(self, context: PolicyContext, *, workload: TargetWorkload | None) -> None:
         super().__init__(context)
-        chosen = workload or context.options.get("workload")
-        if chosen is not None and not isinstance(chosen, TargetWorkload):
-            raise TypeError(f"policy {self.name!r}: options['workload'] is a {type(chosen).__name__}; pass a TargetWorkload")
         # Without a target workload (a live cluster) it is learnt from the pods the core takes
         # in (`pod_added`); the stand-in serves until the first one is learnt.
-        self.learner = WorkloadLearner() if chosen is None else None
-        self.tracker = FragmentationTracker(self.state, chosen or GENERIC_WORKLOAD)
+        self.learner = WorkloadLearner() if workload is None else None
+        self.tracker = FragmentationTracker(self.state, workload or GENERIC_WORKLOAD)
         self._cache: dict[DemandKey, NodeDeltas] = {}
 
     @property
@@ -259,4 +269,11 @@ class FGDPolicy(CachedScorePolicy):
         return exclusive[:, None]
 
 
-register_policy("fgd", FGDPolicy)
+register_policy(
+    "fgd",
+    lambda context, params, options: FGDPolicy(context, workload=options.workload),
+    params=NoParams,
+    options=FragmentationOptions,
+    score="`int(100 * sigmoid(-Δfrag/1000))`: how little the placement grows the node's fragmentation",
+    share_gpu="best FGD score, lowest index on ties",
+)

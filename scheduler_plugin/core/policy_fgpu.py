@@ -28,48 +28,49 @@ barely sees). Its tables depend on the node's CPU left, not its GPU model: a tab
 make the GPUs that model-constrained pods need look the cheapest to fill and draw unconstrained
 shares onto them (FGD's own term keeps placement model-aware).
 
-Parameters: `strand_weight` (default 3), `hole_weight` (15), `fill_temperature` (30 milli-GPU: how
-sharply arriving pods prefer the holes they fill best, 0 = they take the first hole they fit),
-`fill_supply` (0.02: holes that only rare shapes fit are filled with probability (their frequency)
-/ fill_supply, 0 = always), `cpu_per_gpu_milli` and `memory_per_gpu_milli` to pin the ratios
-(0 leaves that resource out).
+Parameters: `FGPUParams` (the weights of the two look-ahead terms, how the hole-waste estimate
+expects pods to arrive, and the resource ratios, learnt unless pinned).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 
 from scheduler_plugin.core.demand import Demand, share_milli
 from scheduler_plugin.core.fragmentation import FloatArray, HoleWaste, TargetWorkload
 from scheduler_plugin.core.policies import BoolMatrix, PolicyContext, SlotArray, register_policy
-from scheduler_plugin.core.policy_fgd import FGDPolicy
+from scheduler_plugin.core.policy_fgd import FGDPolicy, FragmentationOptions
+from scheduler_plugin.core.settings import Param
 
-PARAMS = (
-    "strand_weight",
-    "hole_weight",
-    "fill_temperature",
-    "fill_supply",
-    "cpu_per_gpu_milli",
-    "memory_per_gpu_milli",
-)
-DEFAULT_STRAND_WEIGHT = 3.0
-DEFAULT_HOLE_WEIGHT = 15.0
-#: milli-GPU of eventual waste over which a pod's preference between two holes fades (see `HoleWaste`)
-DEFAULT_FILL_TEMPERATURE = 30.0
-#: frequency of fitting shapes at which a hole is sure to be filled (see `HoleWaste`)
-DEFAULT_FILL_SUPPLY = 0.02
+_LEARNT = "learnt with the workload"
 
 
-def _check_params(params: Mapping[str, float]) -> None:
-    unknown = sorted(set(params) - set(PARAMS))
-    if unknown:
-        raise ValueError(f"policy 'fgpu': unknown parameter(s) {', '.join(unknown)}; known: {', '.join(PARAMS)}")
-    for key, value in params.items():
-        if not float(value) >= 0:
-            raise ValueError(f"policy 'fgpu': {key}={value!r} must be a number >= 0")
+@dataclass(frozen=True)
+class FGPUParams:
+    strand_weight: Annotated[float, Param("weight of the GPU stranded by CPU/memory shortage")] = 3.0
+    hole_weight: Annotated[float, Param("weight of the expected eventual waste of partly used GPUs")] = 15.0
+    #: milli-GPU of eventual waste over which a pod's preference between two holes fades (see `HoleWaste`)
+    fill_temperature: Annotated[
+        float,
+        Param(
+            "how sharply that estimate expects arriving pods to prefer the holes they fill best, in milli-GPU "
+            "(0 = they take the first hole they fit)"
+        ),
+    ] = 30.0
+    #: frequency of fitting shapes at which a hole is sure to be filled (see `HoleWaste`)
+    fill_supply: Annotated[
+        float, Param("frequency of fitting pods at which a hole is sure to be filled (0 = always filled)")
+    ] = 0.02
+    cpu_per_gpu_milli: Annotated[
+        float | None, Param("pins the workload's CPU milli per milli-GPU (0 leaves CPU out)", unset=_LEARNT)
+    ] = None
+    memory_per_gpu_milli: Annotated[
+        float | None,
+        Param("pins the workload's host-memory bytes per milli-GPU (0 leaves memory out)", unset=_LEARNT),
+    ] = None
 
 
 @dataclass(frozen=True)
@@ -80,10 +81,10 @@ class ResourceRatios:
     memory: float
 
 
-def _ratios_for(workload: TargetWorkload, params: Mapping[str, float]) -> ResourceRatios:
+def _ratios_for(workload: TargetWorkload, params: FGPUParams) -> ResourceRatios:
     """The target workload's ratios, unless the parameters pin them."""
-    cpu = params.get("cpu_per_gpu_milli")
-    memory = params.get("memory_per_gpu_milli")
+    cpu = params.cpu_per_gpu_milli
+    memory = params.memory_per_gpu_milli
     return ResourceRatios(
         cpu=workload.cpu_per_gpu_milli if cpu is None else float(cpu),
         memory=workload.memory_per_gpu_milli if memory is None else float(memory),
@@ -93,19 +94,17 @@ def _ratios_for(workload: TargetWorkload, params: Mapping[str, float]) -> Resour
 class FGPUPolicy(FGDPolicy):
     name = "fgpu"
 
-    def __init__(self, context: PolicyContext) -> None:
-        _check_params(context.params)
-        super().__init__(context)
-        self.ratios = _ratios_for(self.index.workload, context.params)
-        self.strand_weight = float(context.params.get("strand_weight", DEFAULT_STRAND_WEIGHT))
-        self.hole_weight = float(context.params.get("hole_weight", DEFAULT_HOLE_WEIGHT))
-        fill_supply = float(context.params.get("fill_supply", DEFAULT_FILL_SUPPLY))
-        temperature = float(context.params.get("fill_temperature", DEFAULT_FILL_TEMPERATURE))
-        self.holes = HoleWaste(self.index.workload, fill_supply=fill_supply, temperature=temperature)
+    def __init__(self, context: PolicyContext, params: FGPUParams, *, workload: TargetWorkload | None) -> None:
+        super().__init__(context, workload=workload)
+        self.params = params
+        self.ratios = _ratios_for(self.index.workload, params)
+        self.strand_weight = params.strand_weight
+        self.hole_weight = params.hole_weight
+        self.holes = HoleWaste(self.index.workload, fill_supply=params.fill_supply, temperature=params.fill_temperature)
 
     def workload_changed(self, workload: TargetWorkload) -> None:
         super().workload_changed(workload)
-        self.ratios = _ratios_for(workload, self.context.params)
+        self.ratios = _ratios_for(workload, self.params)
         self.holes = HoleWaste(workload, fill_supply=self.holes.fill_supply, temperature=self.holes.temperature)
 
     def stranded(self, idle: FloatArray, cpu_free: FloatArray, memory_free: FloatArray) -> FloatArray:
@@ -156,4 +155,11 @@ class FGPUPolicy(FGDPolicy):
         return result
 
 
-register_policy("fgpu", FGPUPolicy)
+register_policy(
+    "fgpu",
+    lambda context, params, options: FGPUPolicy(context, params, workload=options.workload),
+    params=FGPUParams,
+    options=FragmentationOptions,
+    score="as fgd, with Δ = Δfrag + strand_weight x Δstranded + hole_weight x Δhole-waste",
+    share_gpu="as fgd",
+)

@@ -12,7 +12,9 @@ each defaults to 1. A weight of 0 leaves that resource out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 
@@ -28,35 +30,32 @@ from scheduler_plugin.core.policies import (
     register_policy,
     tightest_gpus,
 )
+from scheduler_plugin.core.settings import NoOptions, Param
 
-WEIGHT_KEYS = ("weight_gpu_core", "weight_gpu_memory", "weight_cpu", "weight_memory")
 
+@dataclass(frozen=True)
+class UtilizationParams:
+    """The weight of each resource in a node's share in use; 0 leaves a resource out."""
 
-def _weights(params: Mapping[str, float], policy: str) -> tuple[float, float, float, float]:
-    unknown = sorted(set(params) - set(WEIGHT_KEYS))
-    if unknown:
-        raise ValueError(
-            f"policy {policy!r}: unknown parameter(s) {', '.join(unknown)}; known: {', '.join(WEIGHT_KEYS)}"
-        )
-    values = []
-    for key in WEIGHT_KEYS:
-        value = float(params.get(key, 1.0))
-        if not value >= 0:
-            raise ValueError(f"policy {policy!r}: {key}={params[key]!r} must be a number >= 0")
-        values.append(value)
-    if sum(values) == 0:
-        raise ValueError(f"policy {policy!r}: all weights are 0; give at least one resource a weight > 0")
-    return values[0], values[1], values[2], values[3]
+    weight_gpu_core: Annotated[float, Param("weight of GPU compute in the node's share in use")] = 1.0
+    weight_gpu_memory: Annotated[float, Param("weight of GPU memory")] = 1.0
+    weight_cpu: Annotated[float, Param("weight of CPU")] = 1.0
+    weight_memory: Annotated[float, Param("weight of host memory")] = 1.0
+
+    def __post_init__(self) -> None:
+        if self.weight_gpu_core + self.weight_gpu_memory + self.weight_cpu + self.weight_memory == 0:
+            raise ValueError("all weights are 0; give at least one resource a weight > 0")
 
 
 class UtilizationPolicy(BasePolicy):
     """binpack (`most=True`) or spread (`most=False`)."""
 
-    def __init__(self, context: PolicyContext, *, most: bool) -> None:
+    def __init__(self, context: PolicyContext, params: UtilizationParams, *, most: bool) -> None:
         super().__init__(context)
         self.most = most
         self.name = "binpack" if most else "spread"
-        self.weights = _weights(context.params, self.name)
+        self.params = params
+        self.weights = (params.weight_gpu_core, params.weight_gpu_memory, params.weight_cpu, params.weight_memory)
 
     def used_after(self, nodes: SlotArray, demand: Demand) -> FloatArray:
         """Weighted share of capacity in use after placing the demand, 0..1, per node."""
@@ -105,5 +104,23 @@ class UtilizationPolicy(BasePolicy):
         return loosest_gpus(self.state, node, demand, fitting)
 
 
-register_policy("binpack", lambda context: UtilizationPolicy(context, most=True))
-register_policy("spread", lambda context: UtilizationPolicy(context, most=False))
+_NOTES = "0 leaves a resource out; not all may be 0"
+register_policy(
+    "binpack",
+    lambda context, params, options: UtilizationPolicy(context, params, most=True),
+    params=UtilizationParams,
+    options=NoOptions,
+    score="weighted share of the node's GPU core, GPU memory, CPU and memory in use after the pod lands "
+    "(kube-scheduler's MostAllocated): the fullest node",
+    share_gpu="tightest",
+    notes=_NOTES,
+)
+register_policy(
+    "spread",
+    lambda context, params, options: UtilizationPolicy(context, params, most=False),
+    params=UtilizationParams,
+    options=NoOptions,
+    score="100 minus binpack's score (kube-scheduler's LeastAllocated): the emptiest node",
+    share_gpu="loosest",
+    notes=_NOTES,
+)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from apis.allocation import Allocation, GPUShare
+from apis.allocation import Allocation, GPUShare, share_memory_bytes
 from apis.devices import GPUInfo, MIGInstance, NodeDevices
 from scheduler_plugin.core.api import NodeInfo, NodeName, PodRequest, PodUID
 from scheduler_plugin.core.cluster import ClusterState
@@ -103,7 +103,7 @@ class NodeRecord:
                 slot = self.share_slot(share)
                 if slot is not None:
                     core[slot] += share.core_percent
-                    memory[slot] += share_memory_bytes(share, self.gpus[slot])
+                    memory[slot] += share_memory_bytes(share, gpu_memory_bytes=self.gpus[slot].memory_bytes)
         return core, memory
 
     def host_usage(self) -> tuple[int, int]:
@@ -124,13 +124,6 @@ class NodeRecord:
             for share in pod.allocation.gpus
             if self.share_slot(share) is None
         ]
-
-
-def share_memory_bytes(share: GPUShare, gpu: GPUInfo) -> int:
-    """Bytes a share holds; an annotation may give only a ratio (Koordinator's gpu-memory-ratio)."""
-    if share.memory_bytes == 0 and share.memory_ratio_percent > 0:
-        return gpu.memory_bytes * share.memory_ratio_percent // FULL_PERCENT
-    return share.memory_bytes
 
 
 def write_node_row(state: ClusterState, record: NodeRecord, slot: int) -> None:

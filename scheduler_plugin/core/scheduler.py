@@ -47,7 +47,7 @@ from scheduler_plugin.core.filtering import (
 from scheduler_plugin.core.jobs import JobModels
 from scheduler_plugin.core.labels import LabelIndex
 from scheduler_plugin.core.ordering import NodeOrder
-from scheduler_plugin.core.policies import Policy, PolicyContext, make_policy
+from scheduler_plugin.core.policies import DEFAULT_POLICY, Policy, PolicyContext, make_policy
 from scheduler_plugin.core.reasons import Reason, explain
 from scheduler_plugin.core.reasons_bulk import explain_many
 from scheduler_plugin.core.records import NodeRecord, PodRecord, write_node_row
@@ -67,7 +67,7 @@ class Scheduler:
     def __init__(
         self,
         *,
-        policy: str = "binpack",
+        policy: str = DEFAULT_POLICY,
         gpu_policy: str | None = None,
         assume_ttl_s: float = 60.0,
         clock: Clock = time.monotonic,

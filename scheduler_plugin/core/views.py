@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from apis.allocation import share_memory_bytes
 from scheduler_plugin.core.api import GPUView, NodeView, PodShareView
-from scheduler_plugin.core.records import NodeRecord, share_memory_bytes
+from scheduler_plugin.core.records import NodeRecord
 
 
 def node_view(record: NodeRecord) -> NodeView:
@@ -21,7 +22,7 @@ def node_view(record: NodeRecord) -> NodeView:
                     namespace=pod.request.namespace,
                     name=pod.request.name,
                     core_percent=share.core_percent,
-                    memory_bytes=share_memory_bytes(share, record.gpus[slot]),
+                    memory_bytes=share_memory_bytes(share, gpu_memory_bytes=record.gpus[slot].memory_bytes),
                     assumed=pod.assumed,
                 )
             )

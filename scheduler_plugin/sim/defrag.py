@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from scheduler_plugin.core.api import NodeName, PodUID
 from scheduler_plugin.core.fragmentation import TargetWorkload
+from scheduler_plugin.core.policies import DEFAULT_POLICY
 from scheduler_plugin.core.policy_fgd import FragmentationTracker
 from scheduler_plugin.core.scheduler import Scheduler
 from scheduler_plugin.sim.replay import pod_request
@@ -293,7 +294,7 @@ class _Planner:
         return self.moves, self.opened, self.skipped
 
 
-def plan_defrag(snapshot: Snapshot, *, pending: TracePod, max_moves: int = 10, policy: str = "fgpu") -> Plan:
+def plan_defrag(snapshot: Snapshot, *, pending: TracePod, max_moves: int = 10, policy: str = DEFAULT_POLICY) -> Plan:
     """The plan for `pending` (a pod shape; its name only labels probes). See the module docstring."""
     if max_moves < 0:
         raise ValueError(f"max_moves = {max_moves}; give 0 or more")

@@ -157,6 +157,15 @@ def test_shared_dirs_are_writable_by_any_user_whatever_the_umask(tmp_path: objec
     assert mode == 0o1777
 
 
+def test_a_shared_dir_whose_mode_was_changed_is_set_back(tmp_path: object) -> None:
+    # the fast path skips only a directory already right: mode, owner, and not a link
+    path = os.path.join(str(tmp_path), "vgpulock")
+    make_shared_dir(path)
+    os.chmod(path, 0o755)
+    make_shared_dir(path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o1777
+
+
 def test_a_memory_only_part_of_a_share_with_compute_is_refused() -> None:
     gpu = _devices().gpus[0]
     parts = (ContainerShare("main", 50, 2 * GiB, 25), ContainerShare("mem", 0, GiB, 10))

@@ -9,6 +9,7 @@ from apis.devices import ExternalHolder, GPUInfo, MIGInstance, NodeDevices, NVLi
 
 INT32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 NON_NEGATIVE_INT32 = st.integers(min_value=0, max_value=2**31 - 1)
+UINT32 = st.integers(min_value=0, max_value=2**32 - 1)
 UINT64 = st.integers(min_value=0, max_value=2**64 - 1)
 PERCENT = st.integers(min_value=0, max_value=100)
 
@@ -62,6 +63,7 @@ def node_devices(draw: st.DrawFn) -> NodeDevices:
             vendor=draw(st.text()),
             mig_enabled=draw(st.booleans()),
             mig_instances=tuple(draw(st.lists(mig_instances, max_size=3))),
+            power_limit_watts=draw(UINT32),
         )
         for uuid in uuids
     )

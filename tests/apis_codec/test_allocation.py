@@ -9,7 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apis import names
-from apis.allocation import Allocation, AllocationError, GPUShare, decode_allocation, encode_allocation
+from apis.allocation import (
+    Allocation,
+    AllocationError,
+    ContainerShare,
+    GPUShare,
+    decode_allocation,
+    encode_allocation,
+    share_memory_bytes,
+)
 from tests.apis_codec.strategies import allocations
 
 HALF_A100 = GPUShare(
@@ -253,3 +261,29 @@ def test_any_input_decodes_or_fails_with_an_allocation_error_never_anything_else
         assert str(err).startswith(names.DEVICE_ALLOCATED)
     else:
         assert decode_allocation(encode_allocation(allocation)) == allocation
+
+
+# --- the memory a share gets on a GPU -------------------------------------------------------
+
+GiB = 2**30
+
+
+@pytest.mark.parametrize(
+    ("core", "memory", "ratio", "expected"),
+    [
+        pytest.param(50, 20 * GiB, 25, 20 * GiB, id="bytes-win-over-the-ratio"),
+        pytest.param(50, 0, 25, 20 * GiB, id="ratio-only-is-that-part-of-this-gpu"),
+        pytest.param(100, 0, 100, 80 * GiB, id="whole-gpu-by-ratio"),
+        pytest.param(100, 0, 0, 80 * GiB, id="whole-gpu-with-neither-bytes-nor-ratio-gets-all-its-memory"),
+        pytest.param(50, 0, 0, 0, id="part-of-the-compute-with-neither-gets-none"),
+        pytest.param(0, 512, 0, 512, id="memory-only"),
+    ],
+)
+def test_the_memory_a_share_gets_is_its_bytes_else_its_ratio_else_all_for_a_whole_gpu(
+    core: int, memory: int, ratio: int, expected: int
+) -> None:
+    share = GPUShare(minor=0, uuid="GPU-0", core_percent=core, memory_bytes=memory, memory_ratio_percent=ratio)
+    part = ContainerShare(name="main", core_percent=core, memory_bytes=memory, memory_ratio_percent=ratio)
+
+    assert share_memory_bytes(share, gpu_memory_bytes=80 * GiB) == expected
+    assert share_memory_bytes(part, gpu_memory_bytes=80 * GiB) == expected

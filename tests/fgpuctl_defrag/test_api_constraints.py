@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from apis.devices import GPUInfo
 from fgpuctl.cluster_state import GPURow, NodeRow
 from fgpuctl.live_snapshot import snapshot_from_scheduler
 from fgpuctl.main import main as fgpuctl
@@ -105,7 +106,7 @@ def test_a_pod_with_a_node_field_the_scheduler_cannot_match_is_pinned_with_a_not
 
 def test_with_the_scheduler_as_source_a_note_says_selectors_and_affinity_are_not_checked() -> None:
     gpu = GPURow(
-        index=0, minor=0, uuid="GPU-0", model="H100", healthy=True, health_reason="", memory_bytes=1,
+        device=GPUInfo(uuid="GPU-0", minor=0, index=0, model="H100", model_label="H100", memory_bytes=1),
         allocated_core_percent=0, allocated_memory_bytes=0, held_externally=False, pods=(),
     )
 

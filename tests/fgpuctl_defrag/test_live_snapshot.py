@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from apis.devices import GPUInfo
 from fgpuctl.cluster_state import GPURow, NodeRow, PodShare
 from fgpuctl.live_snapshot import IN_FLIGHT, LiveStateError, budget_from_pdb, snapshot_from_scheduler
 from scheduler_plugin.sim.defrag import plan_defrag
@@ -19,8 +20,11 @@ WHOLE = TracePod(name="pending", cpu_milli=0, memory_mib=0, num_gpu=1, gpu_milli
 
 def gpu(index: int, *pods: PodShare, healthy: bool = True, external: bool = False) -> GPURow:
     return GPURow(
-        index=index, minor=index, uuid=f"GPU-{index}", model="H100", healthy=healthy, health_reason="",
-        memory_bytes=80 * GiB, allocated_core_percent=sum(p.core_percent for p in pods),
+        device=GPUInfo(
+            uuid=f"GPU-{index}", minor=index, index=index, model="NVIDIA H100", model_label="H100",
+            memory_bytes=80 * GiB, healthy=healthy,
+        ),
+        allocated_core_percent=sum(p.core_percent for p in pods),
         allocated_memory_bytes=sum(p.memory_bytes for p in pods), held_externally=external, pods=pods,
     )
 

@@ -318,9 +318,20 @@ class Store:
         node = binding["target"].get("name")
         if not node:
             raise errors.invalid(PODS, name, [("target.name", "Required value")])
+        meta = binding.get("metadata") or {}
         with self.cond:
             old = self._current(PODS, namespace, name)
-            self._check_preconditions(PODS, old, None, (binding.get("metadata") or {}).get("uid"))
+            # BindingREST.setPodHostAndAnnotations: the Binding's uid and resourceVersion are
+            # preconditions on the pod (storage.Preconditions), each checked when given.
+            self._check_preconditions(PODS, old, None, meta.get("uid"))
+            rv = meta.get("resourceVersion")
+            if rv and str(rv) != old["metadata"]["resourceVersion"]:
+                raise errors.conflict(
+                    PODS,
+                    name,
+                    f"Precondition failed: ResourceVersion in precondition: {rv}, "
+                    f"ResourceVersion in object meta: {old['metadata']['resourceVersion']}",
+                )
             if old["metadata"].get("deletionTimestamp"):
                 raise errors.conflict(
                     PODS, name, f"pod {name} is being deleted, cannot be assigned to a host"
@@ -330,7 +341,7 @@ class Store:
                 raise errors.conflict(PODS, name, f'pod {name} is already assigned to node "{bound}"')
             new = copy.deepcopy(old)
             new["spec"]["nodeName"] = node
-            annotations = (binding.get("metadata") or {}).get("annotations") or {}
+            annotations = meta.get("annotations") or {}
             if annotations:
                 new["metadata"].setdefault("annotations", {}).update(annotations)
             status = new.setdefault("status", {})

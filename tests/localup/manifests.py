@@ -1,4 +1,8 @@
-"""The objects under hack/deploy/, loaded once, looked up by kind and name."""
+"""The objects under hack/deploy/, loaded once, looked up by kind and name.
+
+hack/deploy/ is rendered from the Helm chart in deploy/chart/ (hack/render-manifests.sh;
+tests/deploy_chart/ fails when it drifts), so these tests check the chart's output as people apply it.
+"""
 
 from __future__ import annotations
 
@@ -59,6 +63,11 @@ def base_docs() -> tuple[Doc, ...]:
 def standalone_docs() -> tuple[Doc, ...]:
     """hack/deploy/standalone/: applied after the base, it replaces the scheduler's config and Deployment."""
     return tuple(d for d in all_docs() if d.path.parent == DEPLOY / "standalone")
+
+
+def webhook_docs() -> tuple[Doc, ...]:
+    """hack/deploy/webhook/: the admission webhook, its certificate from cert-manager."""
+    return tuple(d for d in all_docs() if d.path.parent == DEPLOY / "webhook")
 
 
 def find(kind: str, name: str, *, docs: tuple[Doc, ...] | None = None) -> dict[str, Any]:

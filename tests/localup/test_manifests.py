@@ -32,6 +32,7 @@ from runtimeproxy.config import ProxyConfig
 from scheduler_plugin import config as scheduler_config
 from scheduler_plugin.extender import MANAGED_RESOURCES
 from tests.apis_codec.crd_schema import pruned_paths, validation_errors
+from tests.deploy_chart.crd_kinds import CUSTOM_KINDS, custom_kind_errors
 from tests.localup import kubescheduler_schema
 from tests.localup.manifests import (
     DEPLOY,
@@ -47,6 +48,7 @@ from tests.localup.manifests import (
     pod_spec,
     standalone_docs,
     volume,
+    webhook_docs,
 )
 
 #: The oldest Kubernetes the manifests support (ValidatingAdmissionPolicy is v1 from 1.30), and the newest known.
@@ -56,6 +58,9 @@ VERSIONS = ("1.30.0", kubernetes_validate.utils.latest_version())
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("doc", all_docs(), ids=lambda d: d.id)
 def test_every_manifest_validates_against_the_kubernetes_schemas(doc: Doc, version: str) -> None:
+    if (doc.obj["apiVersion"].split("/")[0], doc.kind) in CUSTOM_KINDS:  # cert-manager's, no Kubernetes schema
+        assert custom_kind_errors(doc.obj) == [], doc.id
+        return
     try:
         kubernetes_validate.validate(doc.obj, version, strict=True)
     except kubernetes_validate.ValidationError as exc:
@@ -77,6 +82,9 @@ def test_the_manifests_hold_every_deploy_artifact_the_issue_asks_for() -> None:
         ("ConfigMap", names.VERIFYING_KEYS_CONFIGMAP),
         ("ValidatingAdmissionPolicy", "fgpu-scheduler-owns-allocations"),
         ("ValidatingAdmissionPolicyBinding", "fgpu-scheduler-owns-allocations"),
+        ("MutatingWebhookConfiguration", "fgpu-webhook"),
+        ("ValidatingWebhookConfiguration", "fgpu-webhook"),
+        ("Deployment", "fgpu-webhook"),
     ]:
         assert wanted in kinds, f"{wanted[0]}/{wanted[1]} missing from hack/deploy"
 
@@ -245,6 +253,34 @@ def test_the_agent_config_loads_with_the_agents_own_loader_and_its_paths_are_mou
         assert mount_path_of(agent, "agent", name) == path == volume(agent, name)["hostPath"]["path"]
 
 
+def test_hami_core_lands_where_the_agent_config_looks_for_it_and_the_agent_sees_it_read_only() -> None:
+    config = parse_config(embedded_yaml("ConfigMap", "fgpu-agent-config", "agent.yaml"), source="fgpu-agent-config")
+    agent = find("DaemonSet", "fgpu-agent")
+    (init,) = pod_spec(agent)["initContainers"]
+    image, _, digest = init["image"].partition("@")
+    assert image.rsplit(":", 1)[1].startswith("v") and digest.startswith("sha256:") and len(digest) == 71
+    script = init["command"][-1]
+    assert f"lib={config.isolation_paths.hami_library}" in script
+    assert f"preload={config.isolation_paths.hami_preload}" in script
+    # The preload file names the library where the hook mounts it in GPU containers.
+    assert f'"{config.isolation_paths.hami_container_dir}/libvgpu.so"' in script
+    library_dir = Path(config.isolation_paths.hami_library).parent.as_posix()
+    assert volume(agent, "hami-library-dir")["hostPath"]["path"] == library_dir
+    assert {m["name"]: m["mountPath"] for m in init["volumeMounts"]}["hami-library-dir"] == library_dir
+    (seen,) = [m for m in container(agent, "agent")["volumeMounts"] if m["name"] == "hami-library-dir"]
+    assert (seen["mountPath"], seen["readOnly"]) == (library_dir, True)
+
+
+def test_the_webhook_overlay_gets_its_certificate_from_cert_manager() -> None:
+    docs = webhook_docs()
+    certificate = find("Certificate", "fgpu-webhook", docs=docs)
+    deployment = find("Deployment", "fgpu-webhook", docs=docs)
+    assert volume(deployment, "tls")["secret"]["secretName"] == certificate["spec"]["secretName"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        annotations = find(kind, "fgpu-webhook", docs=docs)["metadata"]["annotations"]
+        assert annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/fgpu-webhook"
+
+
 def _on_host(path: str) -> Path:
     """A host path with /var/run spelt /run (the one is a link to the other)."""
     p = Path(path.removeprefix("unix://"))
@@ -321,11 +357,14 @@ def test_the_scheduler_may_bind_and_annotate_pods_but_not_create_or_update_them(
     assert verbs["devices"] == {"get", "list", "watch"}
 
 
-def test_the_agent_may_write_devices_and_nodes_and_only_list_pods() -> None:
+def test_the_agent_may_write_devices_and_nodes_post_events_and_only_list_pods() -> None:
     rules = find("ClusterRole", "fgpu-agent")["rules"]
     verbs = {res: set(r["verbs"]) for r in rules for res in r["resources"]}
-    assert set(verbs) == {"devices", "nodes", "nodes/status", "pods"}
+    assert set(verbs) == {"devices", "nodes", "nodes/status", "pods", "events"}
     assert verbs["pods"] == {"list"}
+    # The isolation condition is a status write; Events only created, never read or changed.
+    assert verbs["nodes/status"] == {"patch"}
+    assert verbs["events"] == {"create"}
 
 
 def _workloads() -> list[Doc]:
@@ -335,6 +374,8 @@ def _workloads() -> list[Doc]:
 @pytest.mark.parametrize("workload", _workloads(), ids=lambda d: d.id)
 def test_every_account_config_map_and_secret_a_workload_uses_is_shipped(workload: Doc) -> None:
     shipped = {(d.kind, d.namespace, d.name) for d in all_docs()}
+    # cert-manager fills the Secret a Certificate names.
+    shipped |= {("Secret", d.namespace, d.obj["spec"]["secretName"]) for d in all_docs() if d.kind == "Certificate"}
     spec = pod_spec(workload.obj)
     assert ("ServiceAccount", workload.namespace, spec["serviceAccountName"]) in shipped
     for vol in spec.get("volumes", []):
@@ -346,7 +387,8 @@ def test_every_account_config_map_and_secret_a_workload_uses_is_shipped(workload
 
 @pytest.mark.parametrize("workload", _workloads(), ids=lambda d: d.id)
 def test_workloads_drop_every_capability_and_keep_the_root_filesystem_read_only(workload: Doc) -> None:
-    for c in pod_spec(workload.obj)["containers"]:
+    spec = pod_spec(workload.obj)
+    for c in spec["containers"] + spec.get("initContainers", []):
         security = c["securityContext"]
         assert security["capabilities"]["drop"] == ["ALL"] and not security["capabilities"].get("add")
         assert security["readOnlyRootFilesystem"] is True
@@ -355,7 +397,8 @@ def test_workloads_drop_every_capability_and_keep_the_root_filesystem_read_only(
 
 def test_namespaced_objects_live_in_the_fgpu_namespace() -> None:
     cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
-                      "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+                      "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                      "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
     for doc in all_docs():
         if doc.kind in cluster_scoped:
             assert not doc.namespace, doc.id

@@ -27,7 +27,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
 
 def test_the_wheel_holds_every_component_package(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
-    for module in ("apis/names.py", "agent/main.py", "scheduler_plugin/main.py", "runtimeproxy/main.py", "fgpuctl/main.py"):
+    for module in ("apis/names.py", "agent/main.py", "scheduler_plugin/main.py", "runtimeproxy/main.py", "fgpuctl/main.py",
+                   "webhook/main.py", "apis/pod_check.py", "apis/http1.py"):
         assert module in names, module
 
 
@@ -40,7 +41,7 @@ def test_the_wheel_holds_generated_code_with_stubs_and_the_default_rules(wheel: 
     assert "apis/py.typed" in names
 
 
-def test_the_wheel_declares_the_four_console_scripts(wheel: zipfile.ZipFile) -> None:
+def test_the_wheel_declares_the_five_console_scripts(wheel: zipfile.ZipFile) -> None:
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     parser = configparser.ConfigParser()
     parser.read_string(wheel.read(entry_points).decode())
@@ -49,6 +50,7 @@ def test_the_wheel_declares_the_four_console_scripts(wheel: zipfile.ZipFile) -> 
         "fgpu-agent": "agent.main:main",
         "fgpu-scheduler": "scheduler_plugin.main:main",
         "fgpuctl": "fgpuctl.main:main",
+        "fgpu-webhook": "webhook.main:main",
     }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,8 @@ class Seen:
     request: bytes
     metadata: dict[str, str]
     time_remaining: float | None
+    #: when the handler ran (`time.time()`, the clock grpcio's deadlines are on)
+    at: float = 0.0
 
 
 @dataclass
@@ -47,7 +50,8 @@ class FakeRuntime:
 
     def _record(self, method: str, request: bytes, context: Any) -> None:
         with self.lock:
-            self.seen.append(Seen(method, request, dict(context.invocation_metadata()), context.time_remaining()))
+            remaining = context.time_remaining()
+            self.seen.append(Seen(method, request, dict(context.invocation_metadata()), remaining, time.time()))
 
     def last(self, method: str) -> Seen:
         with self.lock:

@@ -5,7 +5,8 @@ PreCreateContainer answer sets NVIDIA_VISIBLE_DEVICES to `GPU-<pod uid>` (so
 each container can be checked for its own pod's value), HAMi-style limit
 variables, a bind mount of a temp host dir at /fgpu-hook, and /dev/null as
 /dev/fake-nvidia0. Pods without an allocation, or whose allocation lists no
-GPU, get no edits, as the agent answers them.
+GPU, get no edits, as the agent answers them. Every other stage of the
+service is recorded and answered with no edits.
 
 It checks no signature and gives every container the pod's GPUs: it stands in
 for the agent only where the proxy's own behaviour is under test. The real
@@ -15,6 +16,7 @@ chain (scheduler, proxy, the agent's hook, containerd) is tests/e2e.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
 import tempfile
 import threading
@@ -24,11 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
 
 from apis import names
 from apis.allocation import lists_gpus
-from apis.fgpu.v1 import hooks_pb2, hooks_pb2_grpc
+from apis.fgpu.v1 import hooks_pb2
 from apis.grpc_server import add_listener
+from runtimeproxy.stages import Stages
 
 MOUNT_PATH = "/fgpu-hook"
 DEVICE_PATH = "/dev/fake-nvidia0"
@@ -61,18 +66,32 @@ class Recorded:
     request: Any
 
 
-class _Servicer(hooks_pb2_grpc.RuntimeHooksServicer):
+class _Handler(grpc.GenericRpcHandler):
+    """Every method of the hooks service: recorded; PreCreateContainer answered as the agent would."""
+
     def __init__(self, owner: TestHookServer) -> None:
         self.owner = owner
+        stages = Stages.of_service(owner.service)
+        self.methods = {
+            stages[method.name].path: grpc.unary_unary_rpc_method_handler(
+                functools.partial(self._answer, method.name),
+                request_deserializer=message_factory.GetMessageClass(method.input_type).FromString,
+                response_serializer=hooks_pb2.HookResponse.SerializeToString,
+            )
+            for method in owner.service.methods
+        }
 
-    def _record(self, stage: str, request: Any) -> None:
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        return self.methods.get(details.method)  # type: ignore[arg-type]
+
+    def _answer(self, stage: str, request: Any, context: Any) -> hooks_pb2.HookResponse:
         with self.owner.lock:
             self.owner.calls.append(Recorded(stage, request))
         if self.owner.behaviour.delay_s:
             time.sleep(self.owner.behaviour.delay_s)
+        return self._pre_create_container(request) if stage == "PreCreateContainer" else hooks_pb2.HookResponse()
 
-    def PreCreateContainer(self, request: hooks_pb2.ContainerHookRequest, context: Any) -> hooks_pb2.HookResponse:
-        self._record("PreCreateContainer", request)
+    def _pre_create_container(self, request: hooks_pb2.ContainerHookRequest) -> hooks_pb2.HookResponse:
         b = self.owner.behaviour
         if b.reject:
             return hooks_pb2.HookResponse(rejection=hooks_pb2.Rejection(reason=b.reject))
@@ -92,33 +111,14 @@ class _Servicer(hooks_pb2_grpc.RuntimeHooksServicer):
             resp.MergeFrom(b.extra(request))
         return resp
 
-    def PreRunPodSandbox(self, request: Any, context: Any) -> hooks_pb2.HookResponse:
-        self._record("PreRunPodSandbox", request)
-        return hooks_pb2.HookResponse()
-
-    def PostStartContainer(self, request: Any, context: Any) -> hooks_pb2.HookResponse:
-        self._record("PostStartContainer", request)
-        return hooks_pb2.HookResponse()
-
-    def PostStopContainer(self, request: Any, context: Any) -> hooks_pb2.HookResponse:
-        self._record("PostStopContainer", request)
-        return hooks_pb2.HookResponse()
-
-    def PostStopPodSandbox(self, request: Any, context: Any) -> hooks_pb2.HookResponse:
-        self._record("PostStopPodSandbox", request)
-        return hooks_pb2.HookResponse()
-
-    def PreUpdateContainerResources(self, request: Any, context: Any) -> hooks_pb2.HookResponse:
-        self._record("PreUpdateContainerResources", request)
-        return hooks_pb2.HookResponse()
-
 
 @dataclass
 class TestHookServer:
-    """Serves RuntimeHooks on `socket_path` while started."""
+    """Serves RuntimeHooks (or `service`, a hooks service with more stages) on `socket_path` while started."""
 
     socket_path: str
     behaviour: HookBehaviour = field(default_factory=HookBehaviour)
+    service: ServiceDescriptor = hooks_pb2.DESCRIPTOR.services_by_name["RuntimeHooks"]
     calls: list[Recorded] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     host_dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="fgpu-hook-mount-"))
@@ -137,7 +137,7 @@ class TestHookServer:
 
     def start(self) -> TestHookServer:
         server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=8))
-        hooks_pb2_grpc.add_RuntimeHooksServicer_to_server(_Servicer(self), server)
+        server.add_generic_rpc_handlers((_Handler(self),))
         add_listener(server, self.endpoint)
         server.start()
         self._server = server

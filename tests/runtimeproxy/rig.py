@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 
 from prometheus_client import CollectorRegistry
 
+from runtimeproxy import cri_calls
+from runtimeproxy.call_specs import CallSpecs
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.server import ProxyThread
 from tests.runtimeproxy.kubelet import Kubelet
@@ -21,6 +23,8 @@ class ProxyRig:
     backend_dial_timeout_s: float = 2.0
     thread: ProxyThread | None = None
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    #: the intercepted calls: the proxy's own, or a test's registry with more
+    calls: CallSpecs = cri_calls.SPECS
 
     @property
     def hook_dir(self) -> str:
@@ -44,7 +48,9 @@ class ProxyRig:
         )
 
     def start(self, **overrides: object) -> ProxyRig:
-        self.thread = ProxyThread(replace(self.config(), **overrides), registry=self.registry).start()  # type: ignore[arg-type]
+        self.thread = ProxyThread(
+            replace(self.config(), **overrides), registry=self.registry, calls=self.calls  # type: ignore[arg-type]
+        ).start()
         return self
 
     def reload_hooks(self) -> None:

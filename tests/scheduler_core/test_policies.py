@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
 
 import numpy as np
 import pytest
 
 from scheduler_plugin.core.api import Code, NodeName, SchedulingError
+from scheduler_plugin.core.cluster import ClusterState
 from scheduler_plugin.core.demand import Demand
 from scheduler_plugin.core.policies import (
     BasePolicy,
     BoolMatrix,
     FloatArray,
     PolicyContext,
+    PolicyDiscoveryError,
     SlotArray,
+    discover,
     make_policy,
     policy_names,
+    policy_spec,
     register_policy,
+    unregister_policy,
 )
+from scheduler_plugin.core.policy_utilization import UtilizationParams, UtilizationPolicy
 from scheduler_plugin.core.scheduler import Scheduler
+from scheduler_plugin.core.settings import NoOptions, NoParams, Param
 from tests.scheduler_core.builders import node, pod, share
 
 
@@ -52,8 +62,21 @@ class PicksTooMany(BasePolicy):
         return [int(g) for g in fitting]
 
 
-register_policy("test-prefer", PreferNodeNamed, replace=True)
-register_policy("test-too-many", PicksTooMany, replace=True)
+def _factory(cls: type[BasePolicy]) -> Callable[[PolicyContext, NoParams, NoOptions], BasePolicy]:
+    return lambda context, params, options: cls(context)
+
+
+@pytest.fixture(autouse=True)
+def _plugged_in() -> Iterator[None]:
+    """The two test policies, registered only while this module's tests run (they break the contract
+    on purpose, so tests/scheduler_core/test_policy_contract.py must not see them)."""
+    for name, cls in (("test-prefer", PreferNodeNamed), ("test-too-many", PicksTooMany)):
+        register_policy(
+            name, _factory(cls), params=NoParams, options=NoOptions, score="a test's", share_gpu="a test's", replace=True
+        )
+    yield
+    unregister_policy("test-prefer")
+    unregister_policy("test-too-many")
 
 
 def test_builtin_policies_are_registered() -> None:
@@ -62,7 +85,14 @@ def test_builtin_policies_are_registered() -> None:
 
 def test_registering_a_taken_name_needs_replace() -> None:
     with pytest.raises(ValueError, match="policy 'binpack' is already registered; pass replace=True"):
-        register_policy("binpack", PicksTooMany)
+        register_policy(
+            "binpack",
+            lambda context, params, options: PicksTooMany(context),
+            params=NoParams,
+            options=NoOptions,
+            score="",
+            share_gpu="",
+        )
 
 
 def test_a_plugged_in_policy_scores_nodes_and_chooses_gpus() -> None:
@@ -92,3 +122,102 @@ def test_make_policy_gives_a_fresh_instance_each_time() -> None:
     scheduler = Scheduler()
     context = PolicyContext(state=scheduler.state, options={"target": "x"})
     assert make_policy("test-prefer", context=context) is not make_policy("test-prefer", context=context)
+
+
+def _package(root: Path, name: str, modules: dict[str, str]) -> str:
+    package = root / name
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for module, source in modules.items():
+        (package / f"{module}.py").write_text(source)
+    return name
+
+
+_REGISTERS = """
+from scheduler_plugin.core.policies import BasePolicy, register_policy
+from scheduler_plugin.core.settings import NoOptions, NoParams
+
+register_policy("{name}", lambda c, p, o: BasePolicy(c), params=NoParams, options=NoOptions, score="0", share_gpu="tightest")
+"""
+
+
+def test_discovery_imports_every_policy_module_of_a_package_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    package = _package(
+        tmp_path,
+        "discovered_ok",
+        {"policy_zero": _REGISTERS.format(name="test-zero"), "helpers": "raise RuntimeError('not a policy module')"},
+    )
+    try:
+        found = discover(package)
+        assert [(s.name, s.module, s.builtin) for s in found] == [("test-zero", f"{package}.policy_zero", False)]
+        assert "test-zero" in policy_names() and "test-zero" not in policy_names(builtin_only=True)
+    finally:
+        unregister_policy("test-zero")
+
+
+@pytest.mark.parametrize(
+    ("source", "needle"),
+    [
+        ("import no_such_module\n", r"policy module discovered_\w+\.policy_bad failed to import \(ModuleNotFoundError"),
+        ("X = 1\n", r"policy module discovered_\w+\.policy_bad registered no policy; call register_policy"),
+    ],
+    ids=["fails to import", "registers nothing"],
+)
+def test_a_policy_module_that_fails_to_import_or_registers_nothing_is_an_error(
+    source: str, needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    package = _package(tmp_path, f"discovered_{abs(hash(request.node.name))}", {"policy_bad": source})
+
+    with pytest.raises(PolicyDiscoveryError, match=needle):
+        discover(package)
+
+
+def test_a_policy_gets_its_parameters_typed_with_the_declared_defaults() -> None:
+    policy = make_policy("binpack", context=PolicyContext(state=ClusterState(), params={"weight_cpu": 0}))
+
+    assert isinstance(policy, UtilizationPolicy)
+    assert policy.params == UtilizationParams(weight_cpu=0.0)
+    assert policy_spec("binpack").param_names == ("weight_gpu_core", "weight_gpu_memory", "weight_cpu", "weight_memory")
+
+
+def test_an_option_of_the_wrong_type_is_refused_naming_the_type_the_policy_takes() -> None:
+    with pytest.raises(TypeError, match=r"policy 'fgd': options\['workload'\] is a str; pass a TargetWorkload"):
+        make_policy("fgd", context=PolicyContext(state=ClusterState(), options={"workload": "alibaba"}))
+
+
+def test_options_a_policy_does_not_declare_are_left_to_the_others() -> None:
+    make_policy("binpack", context=PolicyContext(state=ClusterState(), options={"workload": "not binpack's"}))
+
+
+class _Loose:
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class _Undocumented:
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class _Text:
+    mode: Annotated[str, Param("a word")] = "fast"
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        (_Loose, "its params must be a frozen dataclass"),
+        (_Undocumented, r"annotate _Undocumented.weight as Annotated\[<type>, Param\(doc\)\]"),
+        (_Text, "parameter mode is declared as <class 'str'> = 'fast'; declare it float or int"),
+    ],
+)
+def test_a_policy_must_declare_its_parameters_as_typed_documented_fields(params: type[Any], needle: str) -> None:
+    with pytest.raises(TypeError, match=needle):
+        register_policy(
+            "test-malformed", lambda c, p, o: BasePolicy(c), params=params, options=NoOptions, score="", share_gpu=""
+        )
+    assert "test-malformed" not in policy_names()

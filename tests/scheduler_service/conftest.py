@@ -30,7 +30,8 @@ def embedded_service(tmp_path: Path) -> Iterator[Callable[[], SchedulingService]
         opened.clear()
         backend = EmbeddedBackend(path=db)
         opened.append(backend)
-        service = SchedulingService(core_factory=Scheduler, backend=backend, signing_key=KEY)
+        # binpack, as these tests were written against (the core's default is now fgpu, as the service's).
+        service = SchedulingService(core_factory=lambda: Scheduler(policy="binpack"), backend=backend, signing_key=KEY)
         backend.start(service)
         return service
 

@@ -16,7 +16,9 @@ from scheduler_plugin.config import (
     load_file,
     with_overrides,
 )
+from scheduler_plugin.core import policies
 from scheduler_plugin.core.api import Core, NodeName
+from scheduler_plugin.core.scheduler import Scheduler
 from tests.scheduler_core.builders import GiB, info, node, pod, share
 
 
@@ -162,3 +164,42 @@ def test_the_command_line_checks_policy_params_against_the_policy_a_flag_chose(
 
     assert code == 2
     assert "policyParams: weight_cpu is not a parameter of policy 'fgpu'" in capsys.readouterr().err
+
+
+def test_the_config_and_the_core_default_to_the_one_default_policy() -> None:
+    assert from_mapping({}).policy == policies.DEFAULT_POLICY
+    assert default_core_factory(SchedulerConfig())().node_policy.name == policies.DEFAULT_POLICY  # type: ignore[attr-defined]
+    assert Scheduler().node_policy.name == policies.DEFAULT_POLICY
+
+
+def test_a_plug_in_policy_and_its_declared_parameter_are_accepted_from_its_module_alone() -> None:
+    policies.discover("tests.scheduler_core.plugin_policies")  # what a new policy_*.py module gets from the core
+    config = from_mapping({"policy": "firstfit", "policyParams": {"level": 70}})
+
+    check_policies(config)
+
+    core = default_core_factory(config)()
+    assert core.node_policy.name == "firstfit"  # type: ignore[attr-defined]
+    assert core.node_policy.level == 70  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        (
+            {"level": 150},
+            "policyParams={'level': 150.0}: policy 'firstfit': level=150.0 must be a whole number >= 0 and <= 100; "
+            "leave it out for the default, level: 50",
+        ),
+        ({"level": 50.5}, "policy 'firstfit': level=50.5 must be a whole number; leave it out for the default"),
+        ({"levle": 5}, "policyParams: levle is not a parameter of policy 'firstfit'; it takes level"),
+    ],
+)
+def test_a_plug_in_policys_parameters_are_checked_by_their_declaration(params: dict[str, object], needle: str) -> None:
+    policies.discover("tests.scheduler_core.plugin_policies")
+    config = from_mapping({"policy": "firstfit", "policyParams": params})
+
+    with pytest.raises(ConfigError) as caught:
+        check_policies(config)
+
+    assert needle in str(caught.value)

@@ -66,7 +66,8 @@ EXAMPLES = [(f"{path.stem}/{pod['metadata']['name']}", pod) for path in VALID fo
 
 def start_service(tmp_path: Path, inventories: list[NodeDevices]) -> tuple[SchedulingService, EmbeddedBackend]:
     backend = EmbeddedBackend(path=str(tmp_path / "state.db"))
-    svc = SchedulingService(core_factory=Scheduler, backend=backend, signing_key=KEY)
+    # binpack, as these tests were written against (the core's default is now fgpu, as the service's).
+    svc = SchedulingService(core_factory=lambda: Scheduler(policy="binpack"), backend=backend, signing_key=KEY)
     backend.start(svc)
     for devices in inventories:
         svc.report_devices(devices)

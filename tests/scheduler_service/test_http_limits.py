@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ import pytest
 
 from scheduler_plugin.extender import LIMITS, MAX_BODY_BYTES, ExtenderServer
 from scheduler_plugin.httpserver import BoundedHTTPServer, Limits
+from scheduler_plugin.probes import PROBE_LIMITS, ProbeServer
 from scheduler_plugin.scheduling import SchedulingService
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -352,3 +354,133 @@ def test_stop_returns_promptly_with_idle_and_slow_clients_connected(embedded_ser
     for conn in clients:
         assert closed_by_server(conn)
         conn.close()
+
+
+# --- the probe listener: liveness whatever the scrapers do ----------------------------------------
+
+
+def connect_from(address: str, port: int, *, receive_buffer: int = 0) -> socket.socket:
+    """A connection from another loopback address (another peer), optionally with a tiny receive buffer."""
+    conn = socket.socket()
+    if receive_buffer:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    conn.bind((address, 0))
+    conn.settimeout(5.0)
+    conn.connect(("127.0.0.1", port))
+    return conn
+
+
+@pytest.fixture
+def probes(embedded_service: Callable[[], SchedulingService], monkeypatch: pytest.MonkeyPatch) -> Iterator[ProbeServer]:
+    """The metrics listener, whose /metrics answer is more than any socket buffer holds (a big cluster)."""
+    service = embedded_service()
+    monkeypatch.setattr(service.metrics, "exposition", lambda: b"# a large cluster's series\n" * (1 << 20))
+    server = ProbeServer(service, host="127.0.0.1", port=0)
+    server.start()
+    yield server
+    server.stop(1.0)
+
+
+def test_scrapers_that_read_slowly_hold_no_worker_and_liveness_and_metrics_still_answer_at_once(probes: ProbeServer) -> None:
+    slow = []
+    for _ in range(PROBE_LIMITS.workers + 2):  # more than the workers: before, each held one for the write timeout
+        conn = connect_from("127.0.0.2", probes.port, receive_buffer=4096)
+        conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        slow.append(conn)
+    time.sleep(0.3)
+    try:
+        for path in (b"/healthz", b"/readyz"):
+            started = time.monotonic()
+            answer = ask(probes.port, b"GET " + path + b" HTTP/1.1\r\nHost: kubelet\r\n\r\n")
+            assert (status(answer), answer.endswith(b"ok")) == (200, True)
+            assert time.monotonic() - started < 1.0
+        with connect_from("127.0.0.3", probes.port) as prometheus:
+            started = time.monotonic()
+            prometheus.sendall(b"GET /metrics HTTP/1.1\r\nHost: prometheus\r\n\r\n")
+            answer = read_answer(prometheus)
+            assert status(answer) == 200 and answer.endswith(b"series\n")
+            assert time.monotonic() - started < 3.0
+    finally:
+        for conn in slow:
+            conn.close()
+
+
+def test_a_client_that_does_not_take_its_answer_in_time_is_disconnected_without_holding_a_worker() -> None:
+    def answer(method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
+        return 200, "text/plain", b"x" * (16 * 1024 * 1024) if path == "/big" else b"ok"
+
+    limits = Limits(workers=1, queue_size=4, write_timeout_s=1.5)
+    server = BoundedHTTPServer(answer, host="127.0.0.1", port=0, name="test", limits=limits)
+    server.start()
+    try:
+        with connect_from("127.0.0.2", server.port, receive_buffer=4096) as stuck:
+            stuck.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(0.1)
+            started = time.monotonic()
+            assert status(ask(server.port, b"GET /small HTTP/1.1\r\nHost: x\r\n\r\n")) == 200
+            assert time.monotonic() - started < 1.0  # the one worker was free at once, not after the write timeout
+            time.sleep(limits.write_timeout_s + 0.3)
+            assert closed_by_server(stuck)
+    finally:
+        server.stop(1.0)
+
+
+def test_one_address_holds_at_most_its_share_of_the_probe_listeners_connections(probes: ProbeServer) -> None:
+    cap = PROBE_LIMITS.max_connections_per_peer
+    held = [connect_from("127.0.0.2", probes.port) for _ in range(cap)]
+    time.sleep(0.2)
+    try:
+        with connect_from("127.0.0.2", probes.port) as one_more:
+            one_more.settimeout(2.0)
+            assert one_more.recv(1) == b""  # closed at once, not after the request timeout
+        assert status(ask(probes.port, b"GET /healthz HTTP/1.1\r\nHost: kubelet\r\n\r\n")) == 200
+        held.pop().close()
+        time.sleep(0.2)
+        with connect_from("127.0.0.2", probes.port) as again:
+            again.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert status(read_answer(again)) == 200
+    finally:
+        for conn in held:
+            conn.close()
+
+
+def test_a_flood_of_pipelined_probes_is_answered_in_order_without_exhausting_the_loop(probes: ProbeServer) -> None:
+    count = 3000
+    with connect(probes.port, timeout=10.0) as conn:
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * count)
+        received = b""
+        while received.count(b"HTTP/1.1 200") < count:
+            chunk = conn.recv(1 << 20)
+            assert chunk, f"closed after {received.count(b'HTTP/1.1 200')} answers"
+            received += chunk
+    assert_answers_a_good_request(probes.port)
+
+
+def test_a_large_answer_over_tls_arrives_whole_to_a_client_that_reads_it_slowly(tmp_path: Path) -> None:
+    from apis import tls
+    from tests.scheduler_service.certs import make_pki
+
+    pki = make_pki(tmp_path)
+    body = bytes(range(256)) * (32 * 1024)  # 8 MiB: many TLS records, many partial writes
+
+    def answer(method: str, path: str, _: bytes) -> tuple[int, str, bytes]:
+        return 200, "application/octet-stream", body
+
+    context = tls.server_ssl_context(pki.server_files(), field="extenderTLS")
+    server = BoundedHTTPServer(answer, host="127.0.0.1", port=0, name="test", ssl_context=context)
+    server.start()
+    client = ssl.create_default_context(cafile=str(pki.ca))
+    client.load_cert_chain(str(pki.client.cert), str(pki.client.key))
+    try:
+        with connect_from("127.0.0.2", server.port, receive_buffer=8192) as raw, client.wrap_socket(
+            raw, server_hostname="localhost"
+        ) as conn:
+            conn.sendall(b"GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            time.sleep(0.3)  # the server fills the buffers and waits to write
+            received = read_answer(conn)  # type: ignore[arg-type]
+            conn.sendall(b"GET /again HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            again = read_answer(conn)  # type: ignore[arg-type]
+        assert status(received) == 200 and received.endswith(body) and len(received) < len(body) + 200
+        assert status(again) == 200 and again.endswith(body)
+    finally:
+        server.stop(1.0)

@@ -30,13 +30,23 @@ class InterruptedKube(Kube):
     before_write: Callable[[], None] | None = None
     before_binding: Callable[[], None] | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: (resourceVersion the Binding carried, HTTP status it got), in order
+        self.bindings: list[tuple[str, int]] = []
+
     def patch_pod_metadata(self, **kwargs: Any) -> dict[str, Any]:
         self._interrupt(binding=False)
         return super().patch_pod_metadata(**kwargs)
 
     def bind_pod(self, **kwargs: Any) -> None:
         self._interrupt(binding=True)
-        super().bind_pod(**kwargs)
+        try:
+            super().bind_pod(**kwargs)
+        except KubeAPIError as exc:
+            self.bindings.append((kwargs.get("resource_version", ""), exc.status))
+            raise
+        self.bindings.append((kwargs.get("resource_version", ""), 201))
 
     def _interrupt(self, *, binding: bool) -> None:
         run, self.before_write = self.before_write, None
@@ -142,6 +152,11 @@ def test_the_allocation_travels_in_the_binding_so_a_pod_never_carries_another_no
     a.service.bind(p, "n1")
 
     assert _placed(kube_api, "p") == ("n1", "n1", ("GPU-n1-00",))
+    # The first Binding carried the version read before the other writer: 409, then the pod was read
+    # again and bound at its new version, our annotations replacing the foreign ones in that write.
+    (first_rv, first), (second_rv, second) = a.kube.bindings
+    assert (first_rv, first, second) == (p["metadata"]["resourceVersion"], 409, 201)
+    assert int(second_rv) > int(first_rv)
 
 
 class RecordingKube:
@@ -156,7 +171,7 @@ class RecordingKube:
         if len(self.bindings) == 1:
             raise KubeAPIError("Kubernetes API: 409 Conflict the object has been modified", status=409, reason="Conflict")
 
-    def get_pod(self, *, namespace: str, name: str) -> dict[str, Any]:
+    def get_pod(self, *, namespace: str, name: str, timeout_s: float | None = None) -> dict[str, Any]:
         return self.fresh
 
 

@@ -29,8 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from apis import names
-from apis.allocation import Allocation
-from scheduler_plugin.core.records import share_memory_bytes
+from apis.allocation import Allocation, share_memory_bytes
 from scheduler_plugin.errors import ServiceError
 from tests.scheduler_service.builders import GiB, gpu_node, pod, share_pod, whole_pod
 from tests.scheduler_service.podstore import Cluster
@@ -219,7 +218,7 @@ class UnverifiedLifecycle(RuleBasedStateMachine):
                 gpu = gpus.get(share.uuid)
                 if gpu is not None:
                     core, memory = out.get((node, share.uuid), (0, 0))
-                    out[(node, share.uuid)] = (core + share.core_percent, memory + share_memory_bytes(share, gpu))
+                    out[(node, share.uuid)] = (core + share.core_percent, memory + share_memory_bytes(share, gpu_memory_bytes=gpu.memory_bytes))
         return out
 
 

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x66gpu/v1/device.proto\x12\x07\x66gpu.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"9\n\nNVLinkPeer\x12\x0e\n\x06\x62us_id\x18\x01 \x01(\t\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\r\n\x05links\x18\x03 \x01(\x05\"~\n\x08Topology\x12\x11\n\tnuma_node\x18\x01 \x01(\x05\x12\x11\n\tsocket_id\x18\x02 \x01(\x05\x12\x11\n\tpcie_root\x18\x03 \x01(\t\x12\x0e\n\x06\x62us_id\x18\x04 \x01(\t\x12)\n\x0cnvlink_peers\x18\x05 \x03(\x0b\x32\x13.fgpu.v1.NVLinkPeer\"\x97\x01\n\x0bMIGInstance\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0f\n\x07profile\x18\x02 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x04\x12\x0e\n\x06slices\x18\x04 \x01(\x05\x12\x17\n\x0fgpu_instance_id\x18\x05 \x01(\x05\x12\x1b\n\x13\x63ompute_instance_id\x18\x06 \x01(\x05\x12\r\n\x05index\x18\x07 \x01(\x05\"\x9a\x02\n\x03GPU\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\r\n\x05minor\x18\x02 \x01(\x05\x12\r\n\x05index\x18\x03 \x01(\x05\x12\x0e\n\x06vendor\x18\x04 \x01(\t\x12\r\n\x05model\x18\x05 \x01(\t\x12\x13\n\x0bmodel_label\x18\x06 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x07 \x01(\x04\x12\x1f\n\x06health\x18\x08 \x01(\x0e\x32\x0f.fgpu.v1.Health\x12\x15\n\rhealth_reason\x18\t \x01(\t\x12#\n\x08topology\x18\n \x01(\x0b\x32\x11.fgpu.v1.Topology\x12\x13\n\x0bmig_enabled\x18\x0b \x01(\x08\x12+\n\rmig_instances\x18\x0c \x03(\x0b\x32\x14.fgpu.v1.MIGInstance\"]\n\x0cProcessUsage\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x0f\n\x07pod_uid\x18\x02 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x03 \x01(\t\x12\x19\n\x11used_memory_bytes\x18\x04 \x01(\x04\"}\n\x08GPUUsage\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x1e\n\x16sm_utilization_percent\x18\x02 \x01(\r\x12\x19\n\x11memory_used_bytes\x18\x03 \x01(\x04\x12(\n\tprocesses\x18\x04 \x03(\x0b\x32\x15.fgpu.v1.ProcessUsage\"b\n\x0e\x45xternalHolder\x12\x10\n\x08gpu_uuid\x18\x01 \x01(\t\x12\x0f\n\x07pod_uid\x18\x02 \x01(\t\x12\x16\n\x0e\x63ontainer_name\x18\x03 \x01(\t\x12\x15\n\rresource_name\x18\x04 \x01(\t\"\x95\x02\n\x10NodeDeviceReport\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x1a\n\x04gpus\x18\x02 \x03(\x0b\x32\x0c.fgpu.v1.GPU\x12\x16\n\x0e\x64river_version\x18\x03 \x01(\t\x12\x1b\n\x13\x63uda_driver_version\x18\x04 \x01(\t\x12\x31\n\x10\x65xternal_holders\x18\x05 \x03(\x0b\x32\x17.fgpu.v1.ExternalHolder\x12\x17\n\x0f\x64iscovery_error\x18\x06 \x01(\t\x12/\n\x0bobserved_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12 \n\x05usage\x18\x08 \x03(\x0b\x32\x11.fgpu.v1.GPUUsage*<\n\x06Health\x12\x16\n\x12HEALTH_UNSPECIFIED\x10\x00\x12\x0b\n\x07HEALTHY\x10\x01\x12\r\n\tUNHEALTHY\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x66gpu/v1/device.proto\x12\x07\x66gpu.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"9\n\nNVLinkPeer\x12\x0e\n\x06\x62us_id\x18\x01 \x01(\t\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\r\n\x05links\x18\x03 \x01(\x05\"~\n\x08Topology\x12\x11\n\tnuma_node\x18\x01 \x01(\x05\x12\x11\n\tsocket_id\x18\x02 \x01(\x05\x12\x11\n\tpcie_root\x18\x03 \x01(\t\x12\x0e\n\x06\x62us_id\x18\x04 \x01(\t\x12)\n\x0cnvlink_peers\x18\x05 \x03(\x0b\x32\x13.fgpu.v1.NVLinkPeer\"\x97\x01\n\x0bMIGInstance\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0f\n\x07profile\x18\x02 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x04\x12\x0e\n\x06slices\x18\x04 \x01(\x05\x12\x17\n\x0fgpu_instance_id\x18\x05 \x01(\x05\x12\x1b\n\x13\x63ompute_instance_id\x18\x06 \x01(\x05\x12\r\n\x05index\x18\x07 \x01(\x05\"\xb5\x02\n\x03GPU\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\r\n\x05minor\x18\x02 \x01(\x05\x12\r\n\x05index\x18\x03 \x01(\x05\x12\x0e\n\x06vendor\x18\x04 \x01(\t\x12\r\n\x05model\x18\x05 \x01(\t\x12\x13\n\x0bmodel_label\x18\x06 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x07 \x01(\x04\x12\x1f\n\x06health\x18\x08 \x01(\x0e\x32\x0f.fgpu.v1.Health\x12\x15\n\rhealth_reason\x18\t \x01(\t\x12#\n\x08topology\x18\n \x01(\x0b\x32\x11.fgpu.v1.Topology\x12\x13\n\x0bmig_enabled\x18\x0b \x01(\x08\x12+\n\rmig_instances\x18\x0c \x03(\x0b\x32\x14.fgpu.v1.MIGInstance\x12\x19\n\x11power_limit_watts\x18\r \x01(\r\"]\n\x0cProcessUsage\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x0f\n\x07pod_uid\x18\x02 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x03 \x01(\t\x12\x19\n\x11used_memory_bytes\x18\x04 \x01(\x04\"}\n\x08GPUUsage\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x1e\n\x16sm_utilization_percent\x18\x02 \x01(\r\x12\x19\n\x11memory_used_bytes\x18\x03 \x01(\x04\x12(\n\tprocesses\x18\x04 \x03(\x0b\x32\x15.fgpu.v1.ProcessUsage\"b\n\x0e\x45xternalHolder\x12\x10\n\x08gpu_uuid\x18\x01 \x01(\t\x12\x0f\n\x07pod_uid\x18\x02 \x01(\t\x12\x16\n\x0e\x63ontainer_name\x18\x03 \x01(\t\x12\x15\n\rresource_name\x18\x04 \x01(\t\"\x95\x02\n\x10NodeDeviceReport\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x1a\n\x04gpus\x18\x02 \x03(\x0b\x32\x0c.fgpu.v1.GPU\x12\x16\n\x0e\x64river_version\x18\x03 \x01(\t\x12\x1b\n\x13\x63uda_driver_version\x18\x04 \x01(\t\x12\x31\n\x10\x65xternal_holders\x18\x05 \x03(\x0b\x32\x17.fgpu.v1.ExternalHolder\x12\x17\n\x0f\x64iscovery_error\x18\x06 \x01(\t\x12/\n\x0bobserved_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12 \n\x05usage\x18\x08 \x03(\x0b\x32\x11.fgpu.v1.GPUUsage*<\n\x06Health\x12\x16\n\x12HEALTH_UNSPECIFIED\x10\x00\x12\x0b\n\x07HEALTHY\x10\x01\x12\r\n\tUNHEALTHY\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'fgpu.v1.device_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_HEALTH']._serialized_start=1294
-  _globals['_HEALTH']._serialized_end=1354
+  _globals['_HEALTH']._serialized_start=1321
+  _globals['_HEALTH']._serialized_end=1381
   _globals['_NVLINKPEER']._serialized_start=66
   _globals['_NVLINKPEER']._serialized_end=123
   _globals['_TOPOLOGY']._serialized_start=125
@@ -41,13 +41,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MIGINSTANCE']._serialized_start=254
   _globals['_MIGINSTANCE']._serialized_end=405
   _globals['_GPU']._serialized_start=408
-  _globals['_GPU']._serialized_end=690
-  _globals['_PROCESSUSAGE']._serialized_start=692
-  _globals['_PROCESSUSAGE']._serialized_end=785
-  _globals['_GPUUSAGE']._serialized_start=787
-  _globals['_GPUUSAGE']._serialized_end=912
-  _globals['_EXTERNALHOLDER']._serialized_start=914
-  _globals['_EXTERNALHOLDER']._serialized_end=1012
-  _globals['_NODEDEVICEREPORT']._serialized_start=1015
-  _globals['_NODEDEVICEREPORT']._serialized_end=1292
+  _globals['_GPU']._serialized_end=717
+  _globals['_PROCESSUSAGE']._serialized_start=719
+  _globals['_PROCESSUSAGE']._serialized_end=812
+  _globals['_GPUUSAGE']._serialized_start=814
+  _globals['_GPUUSAGE']._serialized_end=939
+  _globals['_EXTERNALHOLDER']._serialized_start=941
+  _globals['_EXTERNALHOLDER']._serialized_end=1039
+  _globals['_NODEDEVICEREPORT']._serialized_start=1042
+  _globals['_NODEDEVICEREPORT']._serialized_end=1319
 # @@protoc_insertion_point(module_scope)

@@ -62,7 +62,7 @@ class MIGInstance(_message.Message):
     def __init__(self, uuid: _Optional[str] = ..., profile: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., slices: _Optional[int] = ..., gpu_instance_id: _Optional[int] = ..., compute_instance_id: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...
 
 class GPU(_message.Message):
-    __slots__ = ("uuid", "minor", "index", "vendor", "model", "model_label", "memory_bytes", "health", "health_reason", "topology", "mig_enabled", "mig_instances")
+    __slots__ = ("uuid", "minor", "index", "vendor", "model", "model_label", "memory_bytes", "health", "health_reason", "topology", "mig_enabled", "mig_instances", "power_limit_watts")
     UUID_FIELD_NUMBER: _ClassVar[int]
     MINOR_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +75,7 @@ class GPU(_message.Message):
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     MIG_ENABLED_FIELD_NUMBER: _ClassVar[int]
     MIG_INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    POWER_LIMIT_WATTS_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     minor: int
     index: int
@@ -87,7 +88,8 @@ class GPU(_message.Message):
     topology: Topology
     mig_enabled: bool
     mig_instances: _containers.RepeatedCompositeFieldContainer[MIGInstance]
-    def __init__(self, uuid: _Optional[str] = ..., minor: _Optional[int] = ..., index: _Optional[int] = ..., vendor: _Optional[str] = ..., model: _Optional[str] = ..., model_label: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., health: _Optional[_Union[Health, str]] = ..., health_reason: _Optional[str] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., mig_enabled: _Optional[bool] = ..., mig_instances: _Optional[_Iterable[_Union[MIGInstance, _Mapping]]] = ...) -> None: ...
+    power_limit_watts: int
+    def __init__(self, uuid: _Optional[str] = ..., minor: _Optional[int] = ..., index: _Optional[int] = ..., vendor: _Optional[str] = ..., model: _Optional[str] = ..., model_label: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., health: _Optional[_Union[Health, str]] = ..., health_reason: _Optional[str] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., mig_enabled: _Optional[bool] = ..., mig_instances: _Optional[_Iterable[_Union[MIGInstance, _Mapping]]] = ..., power_limit_watts: _Optional[int] = ...) -> None: ...
 
 class ProcessUsage(_message.Message):
     __slots__ = ("pid", "pod_uid", "container_id", "used_memory_bytes")

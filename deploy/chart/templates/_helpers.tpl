@@ -56,3 +56,13 @@ system:serviceaccount:{{ .ns }}:{{ .name }}
 {{- define "fgpu.poolSuffix" -}}
 {{- if ne .name "default" -}}-{{ .name }}{{- end -}}
 {{- end -}}
+
+{{/* Both webhooks' namespaceSelector: never kube-system or the release namespace, plus webhook.namespaceSelector. */}}
+{{- define "fgpu.webhookNamespaceSelector" -}}
+{{- $extra := .Values.webhook.namespaceSelector | default dict -}}
+{{- $expressions := list (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" (list "kube-system" .Release.Namespace)) -}}
+{{- $expressions = concat $expressions ($extra.matchExpressions | default list) -}}
+{{- $selector := dict "matchExpressions" $expressions -}}
+{{- with $extra.matchLabels -}}{{- $_ := set $selector "matchLabels" . -}}{{- end -}}
+{{- toYaml $selector -}}
+{{- end -}}

@@ -1,4 +1,4 @@
-"""The proxy's decisions, table-driven: fail-closed for GPU pods, policies, rejections, void."""
+"""The proxy's verdicts on hooked calls, table-driven: fail-closed for GPU pods, failure policies, rejections, void."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import grpc
 import pytest
 
 from apis import names
-from runtimeproxy import policy
+from runtimeproxy import verdicts
 from runtimeproxy.edits import Edits
 from runtimeproxy.hookconfig import FailurePolicy, Stage
-from runtimeproxy.policy import HookOutcome, OutcomeKind, PodFacts
+from runtimeproxy.verdicts import HookOutcome, OutcomeKind, PodFacts
 
 FAIL, IGNORE = FailurePolicy.FAIL, FailurePolicy.IGNORE
 GPU_EDITS = Edits(set_envs=((names.NVIDIA_VISIBLE_DEVICES, "GPU-1"),))
@@ -52,7 +52,7 @@ FAILED_PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION.value[0]
 def test_refusals(
     stage: Stage, outcomes: list[HookOutcome], registered: int, allocation: bool, code: int, says: str
 ) -> None:
-    judgement = policy.judge(stage, outcomes=outcomes, registered=registered, allocation=allocation)
+    judgement = verdicts.judge(stage, outcomes=outcomes, registered=registered, allocation=allocation)
     assert judgement.refusal is not None and says in judgement.refusal
     assert judgement.code == code
 
@@ -77,18 +77,18 @@ def test_refusals(
 def test_calls_that_go_ahead(
     stage: Stage, outcomes: list[HookOutcome], registered: int, allocation: bool, edits: int, ignored: int
 ) -> None:
-    judgement = policy.judge(stage, outcomes=outcomes, registered=registered, allocation=allocation)
+    judgement = verdicts.judge(stage, outcomes=outcomes, registered=registered, allocation=allocation)
     assert judgement.refusal is None
     assert len(judgement.edits) == edits
     assert len(judgement.ignored) == ignored
 
 
 def test_a_refusing_outcome_stops_further_hook_calls() -> None:
-    assert policy.stop_early(CREATE, failed(p=IGNORE), allocation=True)
-    assert not policy.stop_early(CREATE, failed(p=IGNORE), allocation=False)
-    assert policy.stop_early(CREATE, rejected(), allocation=False)
+    assert verdicts.stop_early(CREATE, failed(p=IGNORE), allocation=True)
+    assert not verdicts.stop_early(CREATE, failed(p=IGNORE), allocation=False)
+    assert verdicts.stop_early(CREATE, rejected(), allocation=False)
     # A first hook without GPU settings does not stop the call: a later one may supply them.
-    assert not policy.stop_early(CREATE, ok("other", edits=Edits(set_envs=(("A", "1"),))), allocation=True)
+    assert not verdicts.stop_early(CREATE, ok("other", edits=Edits(set_envs=(("A", "1"),))), allocation=True)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +105,7 @@ def test_a_refusing_outcome_stops_further_hook_calls() -> None:
     ],
 )
 def test_void_unless_a_hook_set_the_variable(edits: list[Edits], force: bool, void: bool) -> None:
-    assert policy.needs_void(edits, force_void=force) is void
+    assert verdicts.needs_void(edits, force_void=force) is void
 
 
 def pod(*, namespace: str = "fgpu-system", labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> PodFacts:
@@ -127,18 +127,18 @@ def pod(*, namespace: str = "fgpu-system", labels: dict[str, str] | None = None,
     ],
 )
 def test_hook_server_pods_bypass_hooks_only_where_allowed(facts: PodFacts, allowed: tuple[str, ...], bypass: bool) -> None:
-    assert policy.bypasses_hooks(facts, hook_server_namespaces=allowed) is bypass
+    assert verdicts.bypasses_hooks(facts, hook_server_namespaces=allowed) is bypass
 
 
 def test_a_gpu_pod_is_one_whose_allocation_lists_a_gpu() -> None:
     listed = '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50"}}]}'
-    assert policy.has_allocation(pod(annotations={names.DEVICE_ALLOCATED: listed}))
+    assert verdicts.has_allocation(pod(annotations={names.DEVICE_ALLOCATED: listed}))
     # An allocation that cannot be read is a GPU pod's (fail-closed: the hook refuses it with the reason).
-    assert policy.has_allocation(pod(annotations={names.DEVICE_ALLOCATED: "{not json"}))
-    assert policy.has_allocation(pod(annotations={names.DEVICE_ALLOCATED: '{"gpu":"x"}'}))
+    assert verdicts.has_allocation(pod(annotations={names.DEVICE_ALLOCATED: "{not json"}))
+    assert verdicts.has_allocation(pod(annotations={names.DEVICE_ALLOCATED: '{"gpu":"x"}'}))
 
 
 @pytest.mark.parametrize("value", ["{}", '{"gpu":[]}', '{"rdma":[{"minor":0}]}', ""])
 def test_an_allocation_that_lists_no_gpu_is_no_allocation(value: str) -> None:
-    assert not policy.has_allocation(pod(annotations={names.DEVICE_ALLOCATED: value}))
-    assert not policy.has_allocation(pod())
+    assert not verdicts.has_allocation(pod(annotations={names.DEVICE_ALLOCATED: value}))
+    assert not verdicts.has_allocation(pod())

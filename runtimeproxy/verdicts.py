@@ -1,4 +1,4 @@
-"""The proxy's decisions about a hooked call, as pure functions over plain values.
+"""Verdicts on a hooked call, as pure functions over plain values: what the hooks' outcomes come to.
 
 - A pod labelled as a hook server (in an allowed namespace) bypasses hooks, so
   the agent running as a pod cannot deadlock its own creation.
@@ -7,13 +7,16 @@
   at all, refuses CreateContainer (fail-closed), whatever the hook's
   failurePolicy says. kubelet retries, and the retry goes through once the
   hook is back.
-- Otherwise a failed hook refuses the call when its policy is Fail and is
-  skipped when it is Ignore; any hook's rejection refuses a Pre* call.
+- Otherwise a failed hook refuses the call when its failurePolicy is Fail and
+  is skipped when it is Ignore; any hook's rejection refuses a Pre* call.
 - A GPU pod whose hooks all answered but none set NVIDIA_VISIBLE_DEVICES (or CDI
   devices) is refused too: its GPU settings would be missing.
 - Unless a hook set NVIDIA_VISIBLE_DEVICES, the container gets `void`, so
   neither the image (CUDA images bake in `all`) nor the pod spec can hand a
   container GPUs the scheduler did not give it.
+
+A hook *rejects* a call (its answer's `rejection`); the proxy *refuses* it
+(answers kubelet itself): `Judgement.refusal` is the proxy's message.
 """
 
 from __future__ import annotations
@@ -28,11 +31,11 @@ from apis import names
 from apis.allocation import lists_gpus
 from runtimeproxy.edits import Edits
 from runtimeproxy.errors import grpc_code
-from runtimeproxy.hookconfig import FailurePolicy, Stage
+from runtimeproxy.hookconfig import FailurePolicy
+from runtimeproxy.stages import Stage
 
-PRE_STAGES = frozenset(
-    {Stage.PRE_RUN_POD_SANDBOX, Stage.PRE_CREATE_CONTAINER, Stage.PRE_UPDATE_CONTAINER_RESOURCES}
-)
+#: the stage whose hooks give a container its GPUs (hooks.proto): GPU pods are fail-closed there
+GPU_STAGE = "PreCreateContainer"
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class PodFacts:
 
 
 def has_allocation(pod: PodFacts) -> bool:
-    """A GPU pod: its allocation lists a GPU (or cannot be read, so the hook refuses it with the reason)."""
+    """A GPU pod: its allocation lists a GPU (or cannot be read, so the hook rejects it with the reason)."""
     return lists_gpus(pod.annotations.get(names.DEVICE_ALLOCATED))
 
 
@@ -107,8 +110,8 @@ def judge(
     `complete=False` judges a prefix of the outcomes (a later hook may still supply
     the GPU settings), so only refusals that no later answer can undo count.
     """
-    pre = stage in PRE_STAGES
-    gpu_gate = stage is Stage.PRE_CREATE_CONTAINER and allocation
+    pre = stage.pre
+    gpu_gate = allocation and stage.name == GPU_STAGE
     if gpu_gate and registered == 0:
         return Judgement(
             refusal=(
@@ -126,7 +129,7 @@ def judge(
         elif outcome.kind is OutcomeKind.REJECTED:
             if pre:
                 return Judgement(
-                    refusal=f"fgpu-runtime-proxy: hook server {outcome.server!r} refused {stage.value}: {outcome.detail}",
+                    refusal=f"fgpu-runtime-proxy: hook server {outcome.server!r} rejected {stage.name}: {outcome.detail}",
                     code=grpc_code(grpc.StatusCode.FAILED_PRECONDITION),
                 )
             ignored.append(f"{outcome.server}: rejected: {outcome.detail}")
@@ -143,7 +146,7 @@ def judge(
             return Judgement(
                 refusal=(
                     f"fgpu-runtime-proxy: hook server {outcome.server!r} failed ({outcome.detail}) and its "
-                    f"failurePolicy is Fail, so {stage.value} is refused; kubelet retries."
+                    f"failurePolicy is Fail, so {stage.name} is refused; kubelet retries."
                 ),
                 code=grpc_code(grpc.StatusCode.UNAVAILABLE),
             )
