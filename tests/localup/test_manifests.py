@@ -349,10 +349,11 @@ def test_no_role_grants_wildcards_deletes_or_secrets(role: Doc) -> None:
         assert "secrets" not in rule["resources"]
 
 
-def test_the_scheduler_may_bind_and_annotate_pods_but_not_create_or_update_them() -> None:
+def test_the_scheduler_may_bind_pods_but_not_create_update_or_patch_them() -> None:
+    # The allocation annotations travel inside the Binding, so the scheduler needs no pod patch.
     rules = find("ClusterRole", "fgpu-scheduler")["rules"]
     verbs = {res: set(r["verbs"]) for r in rules for res in r["resources"]}
-    assert verbs["pods"] == {"get", "list", "watch", "patch"}
+    assert verbs["pods"] == {"get", "list", "watch"}
     assert verbs["pods/binding"] == {"create"}
     assert verbs["devices"] == {"get", "list", "watch"}
 
