@@ -93,7 +93,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def start_server(command: list[str]) -> tuple[subprocess.Popen[str], int]:
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     assert process.stdout is not None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

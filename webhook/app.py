@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from apis.tls import TLSError, split_hostport
 from apis.translation import RulesWatcher, TranslationRules
 from webhook.admission import Admission
 from webhook.certs import ServingCertificate
@@ -32,10 +31,7 @@ class WebhookApp:
         limits: Limits = Limits(),
         cert_check_interval_s: float = 1.0,
     ) -> None:
-        try:
-            host, port = split_hostport(listen, field="--listen", example="0.0.0.0:8443")
-        except TLSError as exc:
-            raise ConfigError(str(exc)) from None
+        host, port = _host_port(listen)
         self.rules = _rules_source(config.translation_rules)
         self.certificate = ServingCertificate(cert_file, key_file, min_interval_s=cert_check_interval_s)
         self.admission = Admission(scope=config.scope, rules=self.rules)
@@ -55,6 +51,14 @@ class WebhookApp:
 
     def stop(self, grace: float | None = None) -> None:
         self.server.stop(grace)
+
+
+def _host_port(listen: str) -> tuple[str, int]:
+    """`HOST:PORT` or `[V6]:PORT` (apis.tls has the same, but imports grpc: 15 MiB this process need not hold)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"--listen={listen!r}: expected HOST:PORT, e.g. 0.0.0.0:8443 or [::]:8443")
+    return host.strip("[]"), int(port)
 
 
 def _rules_source(path: str) -> Callable[[], TranslationRules]:

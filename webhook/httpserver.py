@@ -41,6 +41,7 @@ import socket
 import ssl
 import threading
 import time
+from asyncio import sslproto
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,12 @@ log = logging.getLogger(__name__)
 #: (method, path, body) -> (status, content type, body)
 Handler = Callable[[str, str, bytes], tuple[int, str, bytes]]
 
+# asyncio's TLS layer gives every connection a read buffer of SSLProtocol.max_size, 256 KiB: 50 MiB
+# for 200 keep-alive connections. 32 KiB holds two whole TLS records, so an AdmissionReview still
+# arrives in a pass or two; a connection then costs about 90 KiB in all (bench/results/webhook.md).
+# Process-wide, which is the webhook's process alone.
+sslproto.SSLProtocol.max_size = 32 * 1024
+
 _LINGER_S = 1.0
 _LINGER_BYTES = 1024 * 1024
 _SWEEP_S = 0.25
@@ -61,7 +68,8 @@ _SWEEP_S = 0.25
 class Limits:
     """What one client may hold; see the module docstring for what happens past each."""
 
-    max_connections: int = 1024
+    #: The API servers' pools to one replica stay far below this (one connection per request in flight).
+    max_connections: int = 512
     request_timeout_s: float = 10.0
     idle_timeout_s: float = 120.0
     write_timeout_s: float = 10.0
@@ -98,6 +106,7 @@ class AsyncHTTPServer:
         self.name = name
         self.clock = clock
         self._ssl = ssl_context
+        self.tls = ssl_context is not None
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
             self._listener = socket.create_server((host, port), family=family, backlog=1024)
@@ -152,8 +161,13 @@ class AsyncHTTPServer:
                 conn.abort()
             for task in list(self._tasks):
                 task.cancel()
-            with contextlib.suppress(Exception):  # let the aborts and cancellations close their sockets
-                self._loop.run_until_complete(asyncio.sleep(0.01))
+            # Let the cancellations finish and the aborts' callbacks close their sockets (each takes a
+            # turn or two of the loop), so that no transport outlives its loop.
+            with contextlib.suppress(Exception):
+                if self._tasks:
+                    self._loop.run_until_complete(asyncio.wait(list(self._tasks), timeout=2.0))
+                for _ in range(3):
+                    self._loop.run_until_complete(asyncio.sleep(0))
             self._listener.close()
             self._loop.close()
 
@@ -184,20 +198,26 @@ class AsyncHTTPServer:
             conn.task.add_done_callback(functools.partial(self._unstarted, conn, sock))
 
     async def _connect(self, conn: _Connection, sock: socket.socket) -> None:
+        """The plain transport first, then TLS over it (start_tls), so that the connection always holds
+        the TCP transport and can abort it, whatever state the handshake is in."""
         conn.started = True
         try:
-            await self._loop.connect_accepted_socket(
-                lambda: conn, sock, ssl=self._ssl,
-                ssl_handshake_timeout=self.limits.request_timeout_s if self._ssl is not None else None,
-                ssl_shutdown_timeout=self.limits.write_timeout_s if self._ssl is not None else None,
-            )
+            raw, _ = await self._loop.connect_accepted_socket(lambda: conn, sock)
+            if self._ssl is not None:
+                tls = await self._loop.start_tls(
+                    raw, conn, self._ssl, server_side=True,
+                    ssl_handshake_timeout=self.limits.request_timeout_s,
+                    ssl_shutdown_timeout=self.limits.write_timeout_s,
+                )
+                assert tls is not None
+                conn.tls_started(tls)
         except OSError as exc:  # SSLError, TimeoutError (the handshake timeout), ConnectionError
             log.debug("%s: TLS handshake with %s failed: %s", self.name, conn.peer, exc)
-            self._forget(conn)
+            conn.abort()
             with contextlib.suppress(OSError):
                 sock.close()
         except asyncio.CancelledError:
-            self._forget(conn)
+            conn.abort()
             with contextlib.suppress(OSError):
                 sock.close()
         finally:
@@ -268,6 +288,8 @@ class _Connection(asyncio.Protocol):
         self.deadline = now + server.limits.request_timeout_s
         self.task: asyncio.Task[None] | None = None
         self.started = False  # the task began the handshake (and owns the socket)
+        #: the TCP transport; `transport` is the one requests and answers go through (TLS over it, or it)
+        self.raw: asyncio.Transport | None = None
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
         self.head: http1.RequestHead | None = None
@@ -279,21 +301,40 @@ class _Connection(asyncio.Protocol):
     # --- asyncio.Protocol ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """The TCP connection (with TLS, start_tls follows: `tls_started`)."""
         assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        if self.server.stopping:
+        self.raw = transport
+        if self.server.stopping or self.state is _State.CLOSED:
             transport.abort()
             return
-        self.state = _State.IDLE
+        if self.server.tls:
+            transport.pause_reading()  # the ClientHello is for start_tls, not for data_received
+            return
+        self._ready(transport)
+
+    def tls_started(self, transport: asyncio.Transport) -> None:
+        if self.state is _State.CLOSED:
+            transport.abort()
+            return
+        self._ready(transport)
+
+    def _ready(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
         self.since = self.server.clock()
         # The first request must come within the request timeout, not the idle one.
         self.deadline = self.since + self.server.limits.request_timeout_s
+        # A request sent right behind the handshake may be here already (data_received buffered it).
+        self.state = _State.READING if self.buf else _State.IDLE
+        self._advance()
 
     def data_received(self, data: bytes) -> None:
         if self.state is _State.LINGERING:
             self.discarded += len(data)
             if self.discarded > _LINGER_BYTES:
                 self.close()
+            return
+        if self.state is _State.HANDSHAKE:  # TLS finished, but start_tls has not returned yet
+            self.buf += data
             return
         if self.state is _State.IDLE:
             now = self.server.clock()
@@ -422,20 +463,22 @@ class _Connection(asyncio.Protocol):
         """
         if self.state is _State.CLOSED:
             return
-        if self.task is not None:
-            self.task.cancel()
-        elif self.transport is not None:
+        if self.transport is not None:
             self.transport.close()
+        elif self.raw is not None:
+            self.raw.abort()  # mid-handshake: nothing to flush
+        elif self.task is not None:
+            self.task.cancel()
         self.state = _State.CLOSED
         self.deadline = self.server.clock() + self.server.limits.write_timeout_s
         self._release()
 
     def abort(self) -> None:
         """Closes now, dropping what is unsent."""
-        if self.task is not None:
+        if self.raw is not None:
+            self.raw.abort()  # with TLS over it, that goes too
+        elif self.task is not None:
             self.task.cancel()
-        elif self.transport is not None:
-            self.transport.abort()
         self.state = _State.CLOSED
         self._release()
         self.server._forget(self)

@@ -17,10 +17,14 @@ from tests.webhook.client import Client
 from tests.webhook.pki import SecretVolume, issue, make_ca
 from tests.webhook.reviews import pod, review
 
+#: the repository: `python -m webhook.main` runs from here, installed or not
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def launch(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "webhook.main", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
     )
 
 
@@ -83,7 +87,7 @@ def test_the_command_serves_https_reloads_rules_and_stops_on_sigterm(tmp_path: P
 )
 def test_unusable_flags_exit_2_naming_the_flag(args: list[str], message: str) -> None:
     done = subprocess.run([sys.executable, "-m", "webhook.main", *args], capture_output=True, text=True, timeout=60,
-                          check=False)
+                          check=False, cwd=ROOT)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
 
@@ -96,6 +100,6 @@ def test_a_port_in_use_exits_2(tmp_path: Path) -> None:
         done = subprocess.run(
             [sys.executable, "-m", "webhook.main", "--listen", f"127.0.0.1:{port}", "--tls-cert-file",
              str(volume.cert_file), "--tls-private-key-file", str(volume.key_file)],
-            capture_output=True, text=True, timeout=60, check=False,
+            capture_output=True, text=True, timeout=60, check=False, cwd=ROOT,
         )
     assert done.returncode == 2 and "is the port in use?" in done.stderr
