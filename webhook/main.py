@@ -21,6 +21,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
+from apis import names
 from apis.translation import RulesError
 from webhook import config as config_mod
 from webhook.app import WebhookApp
@@ -33,7 +34,7 @@ log = logging.getLogger("fgpu-webhook")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fgpu-webhook",
-        description="fgpu admission webhook: sets fgpu-scheduler on GPU pods, refuses invalid GPU requests.",
+        description=f"fgpu admission webhook: sets {names.SCHEDULER_NAME} on GPU pods, refuses invalid GPU requests.",
     )
     p.add_argument("--listen", metavar="HOST:PORT", default="0.0.0.0:8443", help="HTTPS address (default %(default)s)")
     p.add_argument("--tls-cert-file", metavar="FILE", required=True,

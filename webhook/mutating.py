@@ -69,7 +69,7 @@ def _strip_annotations(pod: Mapping[str, Any], ops: list[patches.Operation], war
     for key in SCHEDULER_ANNOTATIONS:
         if key in annotations:
             ops.append(patches.remove(patches.pointer("metadata", "annotations", key)))
-            warnings.append(f"fgpu: removed annotation {key}: only fgpu-scheduler sets it, when it places the pod")
+            warnings.append(f"fgpu: removed annotation {key}: only {names.SCHEDULER_NAME} sets it, when it places the pod")
 
 
 def _inject_scheduler(
