@@ -48,7 +48,6 @@ import enum
 import http
 import logging
 import queue
-import re
 import selectors
 import socket
 import ssl
@@ -56,6 +55,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from apis import http1
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,6 @@ Handler = Callable[[str, str, bytes], tuple[int, str, bytes]]
 #: it must be quick and never block (no lock that a handler may hold, no I/O).
 InlineHandler = Callable[[str, str], tuple[int, str, bytes] | None]
 
-_CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _READ_CHUNK = 64 * 1024
 _WRITE_CHUNK = 256 * 1024
 _LINGER_S = 1.0
@@ -397,44 +396,22 @@ class BoundedHTTPServer:
             return None
         if end + 4 > limits.max_header_bytes:
             raise _Reject(431, f"request head over {limits.max_header_bytes} bytes")
-        head = bytes(conn.buf[:end]).decode("latin-1")
-        request_line, *header_lines = head.split("\r\n")
-        parts = request_line.split(" ")
-        if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
-            raise _Reject(400, f"malformed request line {request_line[:80]!r}")
-        method, path, version = parts
-        if version not in ("HTTP/1.1", "HTTP/1.0"):
-            raise _Reject(505, f"{version[:20]!r}: only HTTP/1.1 and HTTP/1.0 are served")
-        headers: dict[str, str] = {}
-        for line in header_lines:
-            name, sep, value = line.partition(":")
-            if not sep or not _TOKEN.fullmatch(name):
-                raise _Reject(400, f"malformed header line {line[:80]!r}")
-            key = name.lower()
-            value = value.strip()
-            if key in headers and key == "content-length" and headers[key] != value:
-                raise _Reject(400, "two different Content-Length headers")
-            headers[key] = value
-        if "transfer-encoding" in headers:
-            raise _Reject(411, "Transfer-Encoding is not accepted; send the body with a Content-Length")
-        raw_length = headers.get("content-length", "0")
-        if not _CONTENT_LENGTH.fullmatch(raw_length):
-            raise _Reject(400, f"Content-Length: {raw_length[:40]!r} is not a number of bytes; send e.g. Content-Length: 1234")
-        length = int(raw_length)
-        if length > limits.max_body_bytes:
-            raise _Reject(413, f"Content-Length: {length} is over the limit of {limits.max_body_bytes} bytes")
+        try:
+            head = http1.parse_head(bytes(conn.buf[:end]), max_body_bytes=limits.max_body_bytes)
+        except http1.HeadError as err:
+            raise _Reject(err.status, str(err)) from None
+        length = head.content_length
         total = end + 4 + length
         if len(conn.buf) < total:
-            if headers.get("expect", "").lower() == "100-continue" and not conn.continued:
+            if head.expects_continue and not conn.continued:
                 conn.continued = True
-                _send_nowait(conn.sock, b"HTTP/1.1 100 Continue\r\n\r\n")
+                _send_nowait(conn.sock, http1.CONTINUE)
             return None
         body = bytes(conn.buf[end + 4:total])
         del conn.buf[:total]
         conn.continued = False
-        connection = headers.get("connection", "").lower()
-        keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-        return _Request(method=method, path=path, body=body, keep_alive=keep_alive)
+        # The whole target, query included, as this server has always routed on it.
+        return _Request(method=head.method, path=head.target, body=body, keep_alive=head.keep_alive)
 
     def _reject(self, conn: _Conn, status: int, message: str) -> None:
         log.debug("%s: %s to %s: %s", self._name, status, conn.peer, message)
