@@ -85,6 +85,9 @@ def _with_node_needs(request: PodRequest, pod: Mapping[str, Any]) -> PodRequest:
     """The request with the pod's tolerations and host ports, which the node rules check
     (a pending pod against each node; a bound one holds its host ports on its node)."""
     needs = noderules.pod_needs(pod)
+    device = request.device
+    if device is not None and not device.whole:
+        needs = dataclasses.replace(needs, needs_limits=True)
     return dataclasses.replace(request, node_needs=needs) if needs != request.node_needs else request
 
 

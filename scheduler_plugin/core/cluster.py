@@ -61,6 +61,8 @@ class ClusterState:
         self._taint_set_ids: dict[tuple[Taint, ...], int] = {(): 0}
         #: row -> host ports held by the pods on the node (rows without any are absent)
         self.host_ports: dict[int, tuple[HostPort, ...]] = {}
+        #: row -> why the node cannot enforce GPU share limits (rows that can are absent)
+        self.limits_why: dict[int, str] = {}
         #: bumps whenever a node slot is added or released (node order may change)
         self.membership_version = 0
         #: bumps on every change of any row (anything derived from the arrays is stale)
@@ -87,6 +89,8 @@ class ClusterState:
         self.max_pods: Int64Array = np.zeros(0, dtype=np.int64)
         self.pod_count: Int64Array = np.zeros(0, dtype=np.int64)
         self.has_host_ports: BoolArray = np.zeros(0, dtype=np.bool_)
+        #: the node's isolation backend cannot enforce shares (FgpuIsolationReady=False)
+        self.limits_unenforced: BoolArray = np.zeros(0, dtype=np.bool_)
         # GPU arrays, shape (capacity, max_gpus)
         self.gpu_present: BoolArray = np.zeros((0, max_gpus), dtype=np.bool_)
         self.gpu_healthy: BoolArray = np.zeros((0, max_gpus), dtype=np.bool_)
@@ -123,6 +127,7 @@ class ClusterState:
         "max_pods",
         "pod_count",
         "has_host_ports",
+        "limits_unenforced",
     )
     _GPU_FIELDS = (
         "gpu_present",
@@ -181,6 +186,7 @@ class ClusterState:
         self.mig_rows.discard(index)
         self.rules_rows.discard(index)
         self.host_ports.pop(index, None)
+        self.limits_why.pop(index, None)
         self._clear_row(index)
         self._free_slots.append(index)
         self.membership_version += 1

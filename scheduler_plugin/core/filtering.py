@@ -158,6 +158,8 @@ def node_rules_pass(state: ClusterState, rows: SlotArray, needs: PodNodeNeeds) -
     ok: BoolArray = tolerated_sets(state, needs)[state.taint_set[rows]]
     max_pods = state.max_pods[rows]
     ok &= (max_pods == 0) | (state.pod_count[rows] < max_pods)
+    if needs.needs_limits:
+        ok &= ~state.limits_unenforced[rows]
     if needs.host_ports and state.host_ports:
         # Few nodes run pods with host ports: those are checked one by one.
         for i in np.flatnonzero(ok & state.has_host_ports[rows]).tolist():

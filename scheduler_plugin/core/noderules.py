@@ -19,6 +19,12 @@ refused during a moment's lag of fgpu's view is retried, never misused.
 * max pods (NodeResourcesFit): a node holds at most `status.allocatable.pods` pods;
 * host ports (NodePorts): a pod's hostPort must not clash with one a pod on the node holds.
 
+One rule is fgpu's own: a node whose agent says its isolation backend cannot enforce a share
+(condition FgpuIsolationReady=False, agent/backendcheck.py) takes no pod that needs software
+limits (a GPU share that is not whole GPUs). The agent refuses such containers anyway; the rule
+keeps the scheduler from sending them there. It is not a taint on purpose: a pod's tolerations
+(even `operator: Exists`, which tolerates every taint) must not switch it off.
+
 Everything here is plain data and pure functions; `node_rules` and `pod_needs` read API dicts.
 Pod-level needs standalone mode cannot check at all are in `standalone_limits.py`.
 """
@@ -94,6 +100,9 @@ class NodeRules:
     taints: tuple[Taint, ...] = ()
     #: status.allocatable.pods; 0 = not known, not checked
     max_pods: int = 0
+    #: why the node cannot enforce GPU share limits (its FgpuIsolationReady condition is False);
+    #: "" when it can or does not say
+    limits_unenforced: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,8 @@ class PodNodeNeeds:
 
     tolerations: tuple[Toleration, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
+    #: the pod asks for a GPU share that is not whole GPUs, which only an isolation backend limits
+    needs_limits: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,11 @@ def host_port_refusal(port: HostPort) -> Refusal:
     return Refusal(f"host port {port} is in use on the node", False)
 
 
+def limits_refusal(why: str) -> Refusal:
+    # unresolvable: no pod leaving the node makes its isolation backend work
+    return Refusal(why, True)
+
+
 def max_pods_refusal(pods_on_node: int, max_pods: int) -> Refusal:
     return Refusal(f"too many pods: {pods_on_node} of {max_pods} allowed (status.allocatable.pods)", False)
 
@@ -154,6 +170,8 @@ def refusal(
     taint = untolerated(rules.taints, needs.tolerations) if rules is not None else None
     if taint is not None:
         return taint_refusal(taint)
+    if rules is not None and needs.needs_limits and rules.limits_unenforced:
+        return limits_refusal(rules.limits_unenforced)
     if needs.host_ports:
         clash = port_clash(needs.host_ports, ports_in_use)
         if clash is not None:
@@ -175,11 +193,8 @@ def node_rules(node: Mapping[str, Any]) -> NodeRules:
     derived: list[Taint] = []
     if spec.get("unschedulable") is True:
         derived.append(Taint(names.TAINT_UNSCHEDULABLE, cause="node is cordoned (spec.unschedulable)"))
-    conditions = {
-        str(c.get("type")): str(c.get("status"))
-        for c in _list(status.get("conditions"))
-        if isinstance(c, Mapping)
-    }
+    condition_list = [c for c in _list(status.get("conditions")) if isinstance(c, Mapping)]
+    conditions = {str(c.get("type")): str(c.get("status")) for c in condition_list}
     # A Node with no Ready condition yet (just registered) is not refused: the controller marks
     # it Unknown after its grace period if kubelet never reports.
     if conditions.get("Ready") == "False":
@@ -202,7 +217,28 @@ def node_rules(node: Mapping[str, Any]) -> NodeRules:
         if taint.key and taint.effect in HARD_EFFECTS and (taint.key, taint.effect) not in seen:
             seen.add((taint.key, taint.effect))
             taints.append(taint)
-    return NodeRules(taints=tuple(taints), max_pods=_pods(_mapping(status.get("allocatable")).get("pods")))
+    return NodeRules(
+        taints=tuple(taints),
+        max_pods=_pods(_mapping(status.get("allocatable")).get("pods")),
+        limits_unenforced=_limits_unenforced(condition_list),
+    )
+
+
+def _limits_unenforced(conditions: Sequence[Mapping[str, Any]]) -> str:
+    """The refusal text when the agent's FgpuIsolationReady condition is False, else "".
+
+    Unknown or absent is not False: a node whose agent has not reported yet (or an older agent)
+    keeps taking shares, and its agent still refuses what it cannot limit."""
+    for c in conditions:
+        if c.get("type") == names.ISOLATION_READY_CONDITION and c.get("status") == "False":
+            reason = str(c.get("reason") or "NotReady")
+            message = str(c.get("message") or "").strip()
+            detail = f"{reason}: {message}" if message else reason
+            return (
+                f"node cannot enforce GPU share limits (condition {names.ISOLATION_READY_CONDITION}=False, "
+                f"{detail}); whole GPUs still fit there"
+            )
+    return ""
 
 
 def pod_needs(pod: Mapping[str, Any]) -> PodNodeNeeds:

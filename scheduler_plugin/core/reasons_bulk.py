@@ -104,9 +104,10 @@ def _rule_reasons(
                 reason = by_set[taint_set] = Reason(why.text, why.unresolvable)
             reasons[i] = reason
             continue
-        # Tolerated: a host port or the pod count refuses it, with the same words as one by one.
+        # Tolerated: unenforced limits, a host port or the pod count refuse it, with the same words
+        # as one by one.
         rule = refusal(
-            NodeRules(max_pods=int(state.max_pods[slot])),
+            NodeRules(max_pods=int(state.max_pods[slot]), limits_unenforced=state.limits_why.get(slot, "")),
             needs,
             pods_on_node=int(state.pod_count[slot]),
             ports_in_use=state.host_ports.get(slot, ()),

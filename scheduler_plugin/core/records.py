@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from apis.allocation import Allocation, GPUShare, share_memory_bytes
 from apis.devices import GPUInfo, MIGInstance, NodeDevices
 from scheduler_plugin.core.api import NodeInfo, NodeName, PodRequest, PodUID
+from scheduler_plugin.core import mig_placement
 from scheduler_plugin.core.cluster import ClusterState
 from scheduler_plugin.core.demand import FULL_PERCENT
 from scheduler_plugin.core.noderules import HostPort
@@ -144,14 +145,15 @@ def write_node_row(state: ClusterState, record: NodeRecord, slot: int) -> None:
     core_free = [FULL_PERCENT - core_used[i] if usable[i] else 0 for i in range(count)] + [0] * pad
     mem_free = [gpus[i].memory_bytes - mem_used[i] if usable[i] else 0 for i in range(count)] + [0] * pad
     model_id = [state.model_index(gpu.model_label) for gpu in gpus] + [-1] * pad
+    allocations = [pod.allocation for pod in record.pods.values() if pod.allocation] if any(g.mig_enabled for g in gpus) else []
     mig_free = [
-        max(
-            (m.memory_bytes for m in gpu.mig_instances if m.uuid not in used_migs),
-            default=0,
+        # A free instance, or one the node could create (core/mig_placement.py).
+        mig_placement.largest_free_memory(
+            mig_placement.GPUSlot(i, gpu, frozenset(used_migs), mig_placement.promised_on(gpu, allocations))
         )
         if gpu.mig_enabled and gpu.healthy and gpu.uuid not in record.external
         else 0
-        for gpu in gpus
+        for i, gpu in enumerate(gpus)
     ] + [0] * pad
     topo = record.topology
     state.gpu_present[slot] = present
@@ -201,6 +203,11 @@ def _write_node_rules(state: ClusterState, record: NodeRecord, slot: int) -> Non
         state.rules_rows.add(slot)
     state.taint_set[slot] = state.taint_set_id(rules.taints) if rules is not None else 0
     state.max_pods[slot] = rules.max_pods if rules is not None else 0
+    state.limits_unenforced[slot] = bool(rules is not None and rules.limits_unenforced)
+    if rules is not None and rules.limits_unenforced:
+        state.limits_why[slot] = rules.limits_unenforced
+    else:
+        state.limits_why.pop(slot, None)
     state.pod_count[slot] = len(record.pods)
     ports = record.host_ports()
     state.has_host_ports[slot] = bool(ports)
