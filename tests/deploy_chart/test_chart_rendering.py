@@ -196,6 +196,20 @@ def test_the_mutating_webhook_fails_open_fast_and_the_validating_one_fails_close
     assert port["targetPort"] == webhook_port["name"]
 
 
+def test_the_charts_webhooks_carry_the_documented_match_conditions_and_reinvocation() -> None:
+    # docs/webhook.md's block is the one tests/webhook/test_recommended_configuration.py evaluates
+    # with CEL against the webhook's own decisions; the chart must deploy exactly those conditions.
+    from tests.webhook.test_recommended_configuration import MUTATING, VALIDATING
+
+    mutating, validating = _webhooks(render())
+
+    assert mutating["matchConditions"] == MUTATING["matchConditions"]
+    assert validating["matchConditions"] == VALIDATING["matchConditions"]
+    assert mutating["reinvocationPolicy"] == MUTATING["reinvocationPolicy"] == "IfNeeded"
+    deployment = one(render(), "Deployment", "fgpu-webhook")
+    assert container(deployment, "webhook")["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
+
+
 def test_the_webhook_runs_fgpu_webhook_with_kubernetes_flag_names_on_the_mounted_certificate() -> None:
     deployment = one(render(), "Deployment", "fgpu-webhook")
     webhook = container(deployment, "webhook")
