@@ -4,7 +4,7 @@ The scheduler's allocation is checked against the node as it is, but a
 signed allocation alone says nothing about the other pods already running on
 the same GPU: two pods each signed for 60% of one GPU would both pass a
 per-pod check. The ledger remembers every admitted pod's shares so the hook
-can refuse the one that overcommits.
+can reject the one that overcommits.
 
 Fed by PreCreateContainer admissions, released by PostStopPodSandbox (and,
 with a Kubernetes client or a CRI endpoint, by `agent.admissionsweep` for
@@ -38,6 +38,19 @@ class Hold:
     memory_bytes: int = 0
     #: Set for a MIG share; such a share holds the instance, not core or memory of the GPU.
     mig_uuid: str = ""
+    #: Set for a MIG instance the node creates for the pod (docs/mig.md): its profile and the
+    #: memory slice it starts at. `mig_uuid` is then the created instance's, or "" until it exists.
+    mig_profile: str = ""
+    mig_placement: int = -1
+
+    @property
+    def mig(self) -> bool:
+        return bool(self.mig_uuid or self.mig_profile)
+
+    @property
+    def mig_key(self) -> str:
+        """What identifies the instance held: its UUID, or where it is to be created."""
+        return self.mig_uuid or f"{self.mig_profile}@{self.mig_placement}"
 
 
 @dataclass(frozen=True)
@@ -60,8 +73,8 @@ def held_by_gpu(entries: Iterable[tuple[str, tuple[Hold, ...]]]) -> dict[str, GP
     mig: dict[str, dict[str, set[str]]] = {}
     for pod_uid, holds in entries:
         for h in holds:
-            if h.mig_uuid:
-                mig.setdefault(h.gpu_uuid, {}).setdefault(h.mig_uuid, set()).add(pod_uid)
+            if h.mig:
+                mig.setdefault(h.gpu_uuid, {}).setdefault(h.mig_key, set()).add(pod_uid)
                 continue
             core[h.gpu_uuid] = core.get(h.gpu_uuid, 0) + h.core_percent
             memory[h.gpu_uuid] = memory.get(h.gpu_uuid, 0) + h.memory_bytes

@@ -2,7 +2,7 @@
 
 The runtime proxy sends PostStopPodSandbox once, in the background; if the
 agent was restarting or the call failed, the pod's shares would stay held
-and later pods on those GPUs would be refused until the agent restarts. So
+and later pods on those GPUs would be rejected until the agent restarts. So
 the agent asks a `PodSource` every sweep period which pods exist on its node
 and releases the entries of pods that are gone or finished. Two sources
 (`agent.podsources`): with a Kubernetes client, the pods bound to the node
@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agent import hamicache
 from agent.admissions import AdmissionLedger
+from agent.isolation import registry
+from agent.isolation.registry import IsolationPaths
 from agent.metrics import AgentMetrics
 
 log = logging.getLogger(__name__)
@@ -106,14 +107,15 @@ class AdmissionSweeper:
         metrics: AgentMetrics,
         grace_s: float = DEFAULT_GRACE_S,
         clock: Callable[[], float] = time.monotonic,
-        cache_root: Callable[[], str] = lambda: "",
+        isolation_paths: Callable[[], IsolationPaths | None] = lambda: None,
     ) -> None:
         """`clock` must be the ledger's clock: admission times are compared with it.
 
-        `cache_root`: the HAMi cache root; each sweep removes the directories of pods no longer
-        on the node (their PostStopPodSandbox may never have reached the agent).
+        `isolation_paths`: where the isolation backends keep per-pod state on the host; each sweep
+        has every backend remove what pods no longer on the node left (their PostStopPodSandbox
+        may never have reached the agent). None: nothing is removed.
         """
-        self._cache_root = cache_root
+        self._isolation_paths = isolation_paths
         self._source = source
         self._ledger = ledger
         self._metrics = metrics
@@ -139,6 +141,9 @@ class AdmissionSweeper:
             if stale:
                 self._metrics.admitted_pods.set(len(self._ledger.pods()))
             live = {p.uid for p in pods if not p.finished} | set(self._ledger.pods())
-        for name in hamicache.remove_orphans(self._cache_root(), live_uids=live, min_age_s=self._grace):
-            log.info("removed HAMi cache directory %s: its pod is no longer %s", name, self._source.where)
+        paths = self._isolation_paths()
+        if paths is not None:
+            for backend in registry.backends():
+                for name in backend.remove_leftovers(paths, live_uids=live, min_age_s=self._grace):
+                    log.info("isolation %s: removed %s, its pod is no longer %s", backend.name, name, self._source.where)
         return stale

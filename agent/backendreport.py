@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent.backendcheck import CONDITION_TYPE, BackendStatus, Files, HostFiles, Machine, check
-from agent.isolation import Isolation, IsolationPaths
+from agent.backendcheck import CONDITION_TYPE, HostFiles, check
+from agent.isolation.readiness import BackendStatus, Files, Machine
+from agent.isolation.registry import IsolationPaths
 from agent.kube import Kube
 from agent.metrics import AgentMetrics
 
@@ -39,7 +40,7 @@ class IsolationMonitor:
         self,
         *,
         node_name: str,
-        isolation: Isolation,
+        isolation: str,
         paths: IsolationPaths,
         metrics: AgentMetrics,
         kube: Kube | None = None,
@@ -75,7 +76,7 @@ class IsolationMonitor:
         with self._lock:
             before, self._status, self._checked_at = self._status, status, self._clock()
         if before is None or (before.ready, before.reason, before.message) != (status.ready, status.reason, status.message):
-            self._metrics.observe_isolation(status.isolation.value, ready=status.ready, reason=status.reason)
+            self._metrics.observe_isolation(status.isolation, ready=status.ready, reason=status.reason)
             (log.info if status.ready else log.warning)("isolation backend: %s", status.message)
         return status
 
@@ -129,7 +130,7 @@ def event_body(node: dict[str, Any], status: BackendStatus, *, now: datetime.dat
         "type": "Normal" if status.ready else "Warning",
         "reason": "IsolationReady" if status.ready else "IsolationNotReady",
         "message": status.message
-        + ("" if status.ready else "; GPU shares are refused on this node, whole GPUs and MIG instances still work"),
+        + ("" if status.ready else "; GPU shares are rejected on this node, whole GPUs and MIG instances still work"),
         "source": {"component": "fgpu-agent", "host": name},
         "reportingComponent": "fgpu-agent",
         "reportingInstance": name,

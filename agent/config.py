@@ -3,6 +3,7 @@
     # /etc/fgpu/agent.yaml (every key optional; defaults shown in docs/agent.md)
     nodeName: gpu-node-1
     hookListen: unix:///var/run/fgpu-agent/hooks.sock
+    stateDir: ""                 # node-local state (the MIG record); default: hookListen's directory
     isolation: hami-core
     verifyingKeys: /etc/fgpu/verifying-keys   # public keys (a directory or a PEM file), re-read on change
     legacySigningKey: ""                     # the v1 HMAC key, only during the upgrade window
@@ -39,7 +40,8 @@ import yaml
 from agent.checkpoint import DEFAULT_PATH as DEFAULT_CHECKPOINT_PATH
 from agent.errors import ConfigError
 from agent.health import DEFAULT_APPLICATION_XIDS
-from agent.isolation import Isolation, IsolationPaths
+from agent.isolation import registry
+from agent.isolation.registry import IsolationPaths
 from apis import names, tls
 from apis.grpc_server import AddressError, parse_address
 from apis.tls import TLSFiles
@@ -47,6 +49,11 @@ from apis.tls import TLSFiles
 #: In a directory of its own, the only host runtime directory the agent gets: /var/run/fgpu holds
 #: the runtime proxy's CRI socket (kubelet's endpoint) and admin socket, which the agent must not reach.
 DEFAULT_HOOK_LISTEN = "unix:///var/run/fgpu-agent/hooks.sock"
+#: Where node-local state lives when hookListen is not a unix socket. Under /var/run on purpose:
+#: the MIG record must not outlive a reboot, and neither do the MIG instances it lists.
+DEFAULT_STATE_DIR = "/var/run/fgpu-agent"
+#: fgpu's record of the MIG instances it created (agent/mig_nvml.py), in the state directory.
+MIG_RECORD_FILE = "mig-instances.json"
 #: Public keys only: a node never holds what signs allocations (apis/signing.py).
 DEFAULT_VERIFYING_KEYS = "/etc/fgpu/verifying-keys"
 
@@ -57,7 +64,10 @@ class AgentConfig:
     kubeconfig: str = ""
     report_to_kubernetes: bool = True
     hook_listen: str = DEFAULT_HOOK_LISTEN
-    isolation: Isolation = Isolation.HAMI_CORE
+    #: Node-local state (the MIG record); "" means hook_listen's directory (`state_dir`).
+    state_dir: str = ""
+    #: a registered isolation backend's name (agent/isolation/)
+    isolation: str = names.ISOLATION_HAMI_CORE
     isolation_paths: IsolationPaths = field(default_factory=IsolationPaths)
     fake_nvml: str = ""
     #: The public keys allocation signatures are checked with: a PEM file or a directory of them.
@@ -93,6 +103,7 @@ _KEYS: dict[str, str] = {
     "kubeconfig": "kubeconfig",
     "reportToKubernetes": "report_to_kubernetes",
     "hookListen": "hook_listen",
+    "stateDir": "state_dir",
     "isolation": "isolation",
     "isolationPaths": "isolation_paths",
     "fakeNvml": "fake_nvml",
@@ -115,14 +126,6 @@ _KEYS: dict[str, str] = {
     "procRoot": "proc_root",
     "sysfsRoot": "sysfs_root",
     "nvmlRetryMax": "nvml_retry_max_s",
-}
-_PATH_KEYS = {
-    "hamiLibrary": "hami_library",
-    "hamiPreload": "hami_preload",
-    "hamiCacheRoot": "hami_cache_root",
-    "hamiLockDir": "hami_lock_dir",
-    "hamiContainerDir": "hami_container_dir",
-    "mpsPipeDir": "mps_pipe_dir",
 }
 _TLS_KEYS = {"caFile": "ca_file", "certFile": "cert_file", "keyFile": "key_file", "serverName": "server_name"}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -174,6 +177,23 @@ def resolve_node_name(config: AgentConfig, *, environ: Mapping[str, str] = os.en
     return config.node_name or environ.get(names.NODE_NAME_ENV, "") or socket.gethostname()
 
 
+def state_dir(config: AgentConfig) -> str:
+    """The node-local state directory: `stateDir`, else the hook socket's directory, which a node
+    already gives the agent (a hostPath in the DaemonSet) and which lives exactly as long as the
+    node's boot, as MIG instances do."""
+    if config.state_dir:
+        return config.state_dir
+    try:
+        socket_path = parse_address(config.hook_listen, field="hookListen").unix_path
+    except AddressError:
+        socket_path = None
+    return (os.path.dirname(socket_path) or ".") if socket_path else DEFAULT_STATE_DIR
+
+
+def mig_record_path(config: AgentConfig) -> str:
+    return os.path.join(state_dir(config), MIG_RECORD_FILE)
+
+
 def validate(config: AgentConfig, *, source: str) -> None:
     for attr in ("poll_interval_s", "discovery_interval_s", "report_resync_s", "nvml_retry_max_s", "admission_sweep_s"):
         if getattr(config, attr) <= 0:
@@ -203,6 +223,8 @@ def validate(config: AgentConfig, *, source: str) -> None:
                 "socket as kubelet's --container-runtime-endpoint, e.g. unix:///run/containerd/containerd.sock, "
                 "or leave it empty"
             ) from None
+    if config.state_dir and not config.state_dir.startswith("/"):
+        raise ConfigError(f"{source}: stateDir={config.state_dir!r} must be an absolute path (or empty)")
     if config.metrics_listen:
         _host, sep, port = config.metrics_listen.rpartition(":")
         if not sep or not port.isdigit():
@@ -256,23 +278,25 @@ def parse_duration(raw: object, *, where: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def _isolation(value: str, where: str) -> Isolation:
+def _isolation(value: str, where: str) -> str:
     try:
-        return Isolation.parse(value, field=where)
+        return registry.parse_name(value, field=where)
     except ValueError as err:
         raise ConfigError(str(err)) from None
 
 
 def _paths(raw: object, where: str) -> IsolationPaths:
+    """The keys are every registered backend's `PathKey`s."""
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where} must be a mapping, e.g. {{hamiLibrary: /usr/local/vgpu/libvgpu.so}}")
+    known = {k.key: k.key for k in registry.path_keys()}
     values: dict[str, str] = {}
     for key, value in raw.items():
-        attr = _attr_for(key, _PATH_KEYS, where=where)
+        name = _attr_for(key, known, where=where)
         if not isinstance(value, str) or not value.startswith("/"):
             raise ConfigError(f"{where}.{key}={value!r} must be an absolute path")
-        values[attr] = value
-    return replace(IsolationPaths(), **values)
+        values[name] = value
+    return IsolationPaths.from_keys(values)
 
 
 def _scheduler_tls(raw: object, where: str) -> TLSFiles:

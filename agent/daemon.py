@@ -6,13 +6,16 @@
                         └──► ReportLoop("scheduler")  ─► SchedulerReporter
     AdmissionLedger ◄── ReportLoop("admission-sweep") ◄─ KubePods | RuntimePods (CRI)
                     ◄── LedgerRebuilder (at start, and with the sweep until one listing succeeds)
+    MIGLifecycle ◄── HookServer (create at PreCreateContainer, destroy at PostStopPodSandbox)
+                 ◄── start and the sweep (reconcile) ──► NVMLWorker.rediscover ──► reports
 
 Start order: the NVML worker, then (with a pod source) one ledger rebuild once
-the first discovery is in, then the hook server, so a restarted agent counts
+the first discovery is in, then the MIG reconcile (instances fgpu made that no
+running pod holds go), then the hook server, so a restarted agent counts
 the pods already running before it admits a new one (`agent.ledger_rebuild`).
 
 Nothing here decides anything: the decisions live in `agent.health`,
-`agent.hook`, `agent.reporting`, `agent.admissionsweep` and `agent.ledger_rebuild`.
+`agent.hook`, `agent.node_report`, `agent.admissionsweep` and `agent.ledger_rebuild`.
 """
 
 from __future__ import annotations
@@ -21,32 +24,35 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import start_http_server
 
 from agent.admissions import AdmissionLedger
 from agent.admissionsweep import AdmissionSweeper, PodSource
-from agent.backendcheck import Files
 from agent.backendreport import IsolationMonitor
 from agent.cgroups import PidResolver
 from agent.checkpoint import CheckpointReader
-from agent.config import AgentConfig
+from agent.config import AgentConfig, mig_record_path
 from agent.criclient import RuntimeClient
 from agent.errors import KubeAPIError, RuntimeUnavailable
 from agent.health import HealthTracker
 from agent.hook import HookSettings
 from agent.hookserver import GPUHookServicer, HookServer
+from agent.isolation.readiness import Files
 from agent.kube import Kube
 from agent.ledger_rebuild import LedgerRebuilder
 from agent.metrics import AgentMetrics
+from agent.mig_lifecycle import MIGLifecycle, MIGReporter
+from agent.mig_nvml import MIGNode, OwnedFile
+from agent.node_report_writer import KubeReporter
 from agent.nodestate import NodeState
 from agent.nvmlapi import NVML
 from agent.nvmlworker import NVMLWorker
 from agent.pcitopology import PciTopologySource
 from agent.podsources import KubePods, RuntimePods
-from agent.reporter import KubeReporter
-from agent.reportloop import ReportLoop
+from agent.resync_loop import ReportLoop
 from agent.schedclient import SchedulerReporter
 from apis.devices import NodeDevices
 from apis.keyfiles import VerifyingKeyFiles
@@ -76,7 +82,7 @@ class Agent:
     ) -> None:
         """`isolation_files`: where the isolation backend's files are read (`agent.backendcheck.HostFiles`
         on a node); with them the agent checks its backend, reports it (condition, Event, metric) and
-        refuses shares the backend cannot enforce. None (a fake-NVML test rig): no check."""
+        rejects shares the backend cannot enforce. None (a fake-NVML test rig): no check."""
         self.config = config
         self._discovery_wait_s = discovery_wait_s
         self.node_name = node_name
@@ -102,13 +108,20 @@ class Agent:
             clock=clock,
         )
         # Re-read on change, so a key rotation restarts no agent; until a first good read every
-        # call retries and raises SigningKeyError (the hook then refuses allocations, saying why).
+        # call retries and raises SigningKeyError (the hook then rejects allocations, saying why).
         self._keys = VerifyingKeyFiles(config.verifying_keys, legacy_path=config.legacy_signing_key)
         self.ledger = AdmissionLedger(clock=clock)
+        self.rebuilder: LedgerRebuilder | None = None
+        record = OwnedFile(Path(mig_record_path(config)))
+        self.mig = MIGLifecycle(
+            MIGNode(nvml, record, observer=MIGReporter(self.metrics, changed=self.worker.rediscover)),
+            record, ledger=self.ledger, devices=self.state.devices, ledger_complete=self._ledger_complete,
+        )
         self.hook = HookServer(
             listen=config.hook_listen,
             servicer=GPUHookServicer(
-                devices=self._hook_devices, settings=self._hook_settings, metrics=self.metrics, ledger=self.ledger
+                devices=self._hook_devices, settings=self._hook_settings, metrics=self.metrics, ledger=self.ledger,
+                mig=self.mig,
             ),
         )
         self.loops: list[ReportLoop] = []
@@ -126,7 +139,6 @@ class Agent:
         #: ledger rebuild still waits for GPUs.
         self.sweep_loop: ReportLoop | None = None
         self._runtime: RuntimeClient | None = None
-        self.rebuilder: LedgerRebuilder | None = None
         pods: PodSource | None = None
         if kube is not None:
             pods = KubePods(kube, node_name=node_name)
@@ -143,7 +155,7 @@ class Agent:
             self.rebuilder = rebuilder
             sweeper = AdmissionSweeper(
                 pods, ledger=self.ledger, metrics=self.metrics, grace_s=config.admission_sweep_grace_s, clock=clock,
-                cache_root=lambda: config.isolation_paths.hami_cache_root,
+                isolation_paths=lambda: config.isolation_paths,
             )
 
             def sweep() -> None:
@@ -151,6 +163,7 @@ class Agent:
                 # raises here and the loop retries with backoff, then every sweep period.
                 rebuilder.rebuild()
                 sweeper.sweep()
+                self._reconcile_mig()
 
             self.sweep_loop = ReportLoop(
                 target="admission-sweep", report=sweep, resync_s=config.admission_sweep_s, metrics=self.metrics
@@ -177,7 +190,7 @@ class Agent:
             self.loops.append(
                 ReportLoop(
                     target="scheduler",
-                    report=lambda: self._when_ready(lambda _devices: _report_to_scheduler(sched, self.state, resync)),
+                    report=lambda: self._when_ready(lambda devices: _report_to_scheduler(sched, devices, self.state, resync)),
                     resync_s=config.report_resync_s,
                     metrics=self.metrics,
                 )
@@ -191,6 +204,7 @@ class Agent:
         self.worker.start()
         if self.rebuilder is not None:
             self._rebuild_ledger(self.rebuilder)
+            self._reconcile_mig()
         if self.isolation is not None:
             self.isolation.refresh()  # the hook's first answer already knows the backend
         self.hook.start()
@@ -235,6 +249,16 @@ class Agent:
             backend_problem=self.isolation.current().problem if self.isolation is not None else "",
         )
 
+    def _ledger_complete(self) -> bool:
+        """The ledger holds every running pod: rebuilt from a pod listing since this process started."""
+        return self.rebuilder is not None and not self.rebuilder.pending
+
+    def _reconcile_mig(self) -> None:
+        try:
+            self.mig.reconcile()
+        except Exception:  # the next sweep tries again; a bug here must not stop the agent
+            log.exception("MIG reconcile failed unexpectedly")
+
     def _rebuild_ledger(self, rebuilder: LedgerRebuilder) -> None:
         """One rebuild before the hook serves: after the first discovery, bounded by `discovery_wait_s`."""
         deadline = time.monotonic() + self._discovery_wait_s
@@ -253,7 +277,7 @@ class Agent:
 
         Covers GPUs or the key arriving after start(): admitting then would
         ignore the pods already running. Asking wakes the sweep loop, which
-        rebuilds; kubelet retries the refused container.
+        rebuilds; kubelet retries the rejected container.
         """
         devices = self.state.devices()
         rebuilder = self.rebuilder
@@ -271,7 +295,7 @@ class Agent:
         # Until NVML has been tried once the picture is "no GPUs, not initialised"; writing it
         # would flap the node's GPU resources to zero on every agent restart.
         if self.state.ready():
-            report(self.state.devices())
+            report(self.mig.mark(self.state.devices()))
 
     def _devices_changed(self, devices: NodeDevices) -> None:
         for loop in self.loops:
@@ -295,8 +319,8 @@ class _Resync:
         self._next = self._clock() + self._period
 
 
-def _report_to_scheduler(reporter: SchedulerReporter, state: NodeState, resync: _Resync) -> None:
-    if reporter.report(state.devices(), state.usage(), force=resync.due()):
+def _report_to_scheduler(reporter: SchedulerReporter, devices: NodeDevices, state: NodeState, resync: _Resync) -> None:
+    if reporter.report(devices, state.usage(), force=resync.due()):
         resync.done()
 
 

@@ -13,10 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent import nvmlapi
+from agent import mig_discovery, nvmlapi
 from agent.nvmlapi import NVML
-from agent.pcitopology import PciTopologySource, sysfs_bus_id
+from agent.pci_address import sysfs_bus_id
+from agent.pcitopology import PciTopologySource
 from apis.devices import GPUInfo, MIGInstance, NodeDevices, NVLinkPeer, Topology, model_label
+from apis.mig import MIGPlacement
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,7 @@ def _read_gpu(nvml: NVML, handle: Any, *, index: int, uuid: str, topology: PciTo
         mig_enabled=mig_enabled,
         mig_instances=_mig_instances(nvml, handle) if mig_enabled else (),
         power_limit_watts=_power_limit_watts(nvml, handle),
+        mig_profiles=mig_discovery.read_profiles(nvml, handle),
     )
 
 
@@ -167,15 +170,20 @@ def _mig_instances(nvml: NVML, handle: Any) -> tuple[MIGInstance, ...]:
         except nvmlapi.NVMLError_InvalidArgument:
             break
         attrs = nvml.nvmlDeviceGetAttributes(mig)
+        gi_id = nvml.nvmlDeviceGetGpuInstanceId(mig)
+        profile_id, placement = mig_discovery.instance_placement(nvml, handle, gi_id) or (-1, MIGPlacement(-1, 0))
         instances.append(
             MIGInstance(
                 uuid=nvml.nvmlDeviceGetUUID(mig),
                 profile=mig_profile(nvml.nvmlDeviceGetName(mig), attrs),
                 memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(mig).total),
                 slices=int(attrs.gpuInstanceSliceCount),
-                gpu_instance_id=nvml.nvmlDeviceGetGpuInstanceId(mig),
+                gpu_instance_id=gi_id,
                 compute_instance_id=nvml.nvmlDeviceGetComputeInstanceId(mig),
                 index=i,
+                profile_id=profile_id,
+                placement_start=placement.start,
+                placement_size=placement.size,
             )
         )
     return tuple(instances)

@@ -21,7 +21,8 @@ from typing import Any
 
 import pynvml
 
-from agent.inventory import GPUSpec, Inventory, ProcessSpec
+from agent.fakenvml_inventory import GPUSpec, Inventory, ProcessSpec
+from agent.mig_fakenvml import FakeMIGCalls
 
 #: NVML reports Xid 79 when a GPU has fallen off the bus; after it every call on the GPU fails.
 XID_FALLEN_OFF_BUS = 79
@@ -63,8 +64,11 @@ def _error(cls_name: str) -> Exception:
     return cls()
 
 
-class FakeNVML:
-    """The pynvml API over an inventory. Thread-safe, as libnvidia-ml is."""
+class FakeNVML(FakeMIGCalls):
+    """The pynvml API over an inventory. Thread-safe, as libnvidia-ml is.
+
+    The MIG management calls (GPU and compute instances, placements) are agent/mig_fakenvml.py's.
+    """
 
     def __init__(self, inventory: Inventory, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -77,6 +81,7 @@ class FakeNVML:
         self._sets: list[FakeEventSet] = []
         #: Calls made, by name; lets tests and the benchmark see what a cycle costs in NVML calls.
         self.calls: dict[str, int] = {}
+        self._init_mig()
 
     # --- controls for tests and --fake-nvml -----------------------------------------
 
@@ -410,6 +415,9 @@ class FakeNVML:
     def _checked(self, name: str) -> None:
         self._count(name)
         self._require_init()
+
+    def _handle_of(self, index: int) -> FakeHandle:
+        return FakeHandle(gpu_index=index)
 
     def _gpu(self, name: str, handle: FakeHandle) -> GPUSpec:
         self._checked(name)

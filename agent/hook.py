@@ -8,11 +8,18 @@ a `HookRequest`, calls `decide`, and the decision back into a HookResponse.
 A pod without an allocation, or with one that lists no GPU, gets no answer at
 all (the proxy's own `void` rule hides the GPUs from it). A pod with one gets its GPUs only when the
 allocation is signed for this pod on this node and fits the node as it is
-now: every GPU present and healthy, MIG shares on MIG instances that exist,
-and no GPU given more than it has, counting what the pods admitted before
-hold (`held`, from `agent.admissions.AdmissionLedger`). A limited share is refused while the
-isolation backend cannot enforce it (`HookSettings.backend_problem`). Anything else is refused with
+now: every GPU present and healthy, MIG shares on MIG instances that exist
+or that the node can create, and no GPU given more than it has, counting what the pods admitted before
+hold (`held`, from `agent.admissions.AdmissionLedger`). A limited share is rejected while the
+isolation backend cannot enforce it (`HookSettings.backend_problem`). Anything else is rejected with
 a reason a person can act on, which the proxy turns into a failed CreateContainer.
+
+A share that asks the node to create a MIG instance (`GPUShare.mig_profile`, docs/mig.md)
+needs one step of I/O in the middle: the first answer, once everything else
+fits, is `HookDecision.mig_needed`; the caller (`agent.hookserver`) has the
+instances made (`agent.mig_lifecycle`) and asks again with their UUIDs
+(`mig_ready`) or NVML's refusal (`mig_refused`). So nothing is created for an
+allocation that does not verify or does not fit.
 
 Each container gets only the GPUs the allocation names it for, each limited to
 its own part (`apis.container_split`); a container named for none, such as a
@@ -25,11 +32,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from agent.admissions import GPUHeld, Hold
-from agent.isolation import ContainerEdits, Isolation, IsolationPaths, VisibleGPU, edits_for, void_edits
-from agent.pcitopology import sysfs_bus_id
+from agent.isolation import burst, registry
+from agent.isolation.container import edits_for, void_edits
+from agent.isolation.edits import ContainerEdits, VisibleGPU
+from agent.isolation.registry import IsolationPaths
+from agent.mig_manager import Want
+from agent.pci_address import sysfs_bus_id
 from apis import names
 from apis.allocation import Allocation, AllocationError, GPUShare, decode_allocation, share_memory_bytes
 from apis.devices import GPUInfo, NodeDevices
+from apis.mig import MIGProfile
 from apis.signing import SignatureError, VerifyingKeys, verified_annotation
 
 _MAX_PERCENT = 100
@@ -49,7 +61,7 @@ class HookRequest:
 
 @dataclass(frozen=True)
 class HookDecision:
-    """Edits to apply, a refusal, or neither (the pod has no allocation)."""
+    """Edits to apply, a rejection, or neither (the pod has no allocation)."""
 
     edits: ContainerEdits | None = None
     rejection: str = ""
@@ -57,6 +69,9 @@ class HookDecision:
     allocation: Allocation | None = None
     #: What the pod holds once admitted (GPU UUIDs resolved), for the admission ledger.
     holds: tuple[Hold, ...] = ()
+    #: The allocation verifies and fits, but these MIG instances must exist first: create them
+    #: and decide again with `mig_ready` (no edits and no rejection come with it).
+    mig_needed: tuple[Want, ...] = ()
 
 
 NO_ANSWER = HookDecision()
@@ -67,10 +82,11 @@ class HookSettings:
     node_name: str
     #: The public keys (and, during the upgrade window, the v1 key) signatures are checked with.
     key: VerifyingKeys
-    isolation: Isolation = Isolation.HAMI_CORE
+    #: the isolation backend's registered name (`agent.isolation`)
+    isolation: str = names.ISOLATION_HAMI_CORE
     paths: IsolationPaths = field(default_factory=IsolationPaths)
     #: Why the isolation backend cannot enforce a share on this node now (`agent.backendcheck`);
-    #: empty when it can. Limited shares are then refused; whole GPUs and MIG instances are not.
+    #: empty when it can. Limited shares are then rejected; whole GPUs and MIG instances are not.
     backend_problem: str = ""
 
 
@@ -80,9 +96,17 @@ def decide(
     devices: NodeDevices,
     settings: HookSettings,
     held: Mapping[str, GPUHeld] | None = None,
+    mig_ready: Mapping[Want, str] | None = None,
+    mig_refused: Mapping[Want, str] | None = None,
 ) -> HookDecision:
-    """`held`: per GPU UUID, what other pods admitted on this node hold (not this pod's own entry)."""
+    """`held`: per GPU UUID, what other pods admitted on this node hold (not this pod's own entry).
+
+    `mig_ready`: MIG instances made for this pod's `mig_needed`, want -> MIG device UUID;
+    `mig_refused`: want -> why it could not be made (the container is then rejected with it).
+    """
     held = held or {}
+    mig_ready = mig_ready or {}
+    mig_refused = mig_refused or {}
     who = f"pod {request.pod_namespace}/{request.pod_name} ({request.pod_uid})"
     # Read once (as `lists_gpus` reads it), then its signature checked (as `verify_pod_annotations`
     # checks it, which would read it again): the JSON and its quantities cost as much as the signature.
@@ -96,16 +120,16 @@ def decide(
         allocation, unreadable = None, err
     if allocation is not None and not allocation.gpus:
         # An allocation that lists no GPU grants nothing, so it needs no signature: the proxy's own
-        # rule gives the container `void`. One that cannot be read is refused, after its signature.
+        # rule gives the container `void`. One that cannot be read is rejected, after its signature.
         return NO_ANSWER
     try:
         verified_annotation(
             settings.key, pod_uid=request.pod_uid, node_name=settings.node_name, annotations=request.annotations
         )
     except SignatureError as err:
-        return HookDecision(rejection=f"{who}: GPU allocation refused: {err}")
+        return HookDecision(rejection=f"{who}: GPU allocation rejected: {err}")
     if allocation is None:
-        return HookDecision(rejection=f"{who}: GPU allocation refused: {unreadable}")
+        return HookDecision(rejection=f"{who}: GPU allocation rejected: {unreadable}")
     if not allocation.names_containers:
         return HookDecision(rejection=(
             f"{who}: the GPU allocation does not say which of the pod's containers get the GPUs "
@@ -122,6 +146,7 @@ def decide(
     used: dict[str, tuple[int, int]] = {}
     seen_mig: set[str] = set()
     holds: list[Hold] = []
+    needed: list[Want] = []
     for i, share in enumerate(allocation.gpus):
         gpu, problem = _find_gpu(share, devices)
         if gpu is None:
@@ -132,6 +157,25 @@ def decide(
             problems.append(f"gpu[{i}] {gpu.uuid}: {problem}")
             continue
         part = next((c for c in share.containers if c.name == request.container_name), None)
+        if share.mig_profile:
+            want = Want(request.pod_uid, gpu.uuid, share.mig_profile, share.mig_placement)
+            if want in mig_refused:
+                problems.append(f"gpu[{i}] {gpu.uuid}: {mig_refused[want]}")
+                continue
+            made = mig_ready.get(want, "")
+            holds.append(Hold(
+                gpu_uuid=gpu.uuid, mig_uuid=made, mig_profile=share.mig_profile, mig_placement=share.mig_placement,
+                core_percent=share.core_percent,
+            ))
+            if not made:
+                needed.append(want)
+            elif part is not None:
+                profile = _mig_profile(gpu, share.mig_profile)
+                visible.append((sysfs_bus_id(gpu.topology.bus_id) + f"/p{share.mig_placement:02d}", VisibleGPU(
+                    uuid=made, core_percent=part.core_percent,
+                    memory_bytes=profile.memory_bytes if profile is not None else 0, unlimited=True,
+                )))
+            continue
         if share.mig_uuid:
             seen_mig.add(share.mig_uuid)
             holders = (held[gpu.uuid].mig or {}).get(share.mig_uuid, frozenset()) if gpu.uuid in held else frozenset()
@@ -181,9 +225,9 @@ def decide(
                 "1 MiB, a limit no isolation backend can enforce"
             )
             continue
-        visible.append((sysfs_bus_id(gpu.topology.bus_id) or f"{gpu.minor:08d}", VisibleGPU(
+        visible.append((sysfs_bus_id(gpu.topology.bus_id) or f"{gpu.minor:08d}", burst.with_limit(VisibleGPU(
             uuid=gpu.uuid, core_percent=part.core_percent, memory_bytes=part_bytes, unlimited=share.whole and part.whole
-        )))
+        ), share.limit, gpu_memory_bytes=gpu.memory_bytes)))
     for uuid, (core, memory) in used.items():
         gpu = next(g for g in devices.gpus if g.uuid == uuid)
         if core > _MAX_PERCENT or memory > gpu.memory_bytes:
@@ -205,18 +249,27 @@ def decide(
         problems.append("the same GPU is listed twice; the scheduler must merge the shares")
     if problems:
         return HookDecision(rejection=f"{who}: GPU allocation does not fit node {settings.node_name}: " + "; ".join(problems))
+    if needed:
+        return HookDecision(allocation=allocation, holds=tuple(holds), mig_needed=tuple(needed))
     if not visible:
         # A sidecar, or an init container, that asked for no GPU itself.
         return HookDecision(edits=void_edits(), allocation=allocation, holds=tuple(holds))
     # CUDA ordinals follow PCI bus order (the hook sets CUDA_DEVICE_ORDER=PCI_BUS_ID), so the
     # per-GPU limits must be listed in that order too.
     ordered = [v for _, v in sorted(visible, key=lambda kv: kv[0])]
-    if settings.backend_problem and settings.isolation is not Isolation.NONE and any(not v.unlimited for v in ordered):
+    if (
+        settings.backend_problem
+        and registry.backend(settings.isolation).enforces_limits
+        and any(not v.unlimited for v in ordered)
+    ):
         return HookDecision(rejection=(
             f"{who}: node {settings.node_name} cannot enforce a GPU share now: {settings.backend_problem}. "
             "Whole GPUs and MIG instances still work here; the pod needs a node whose FgpuIsolationReady "
             "condition is True"
         ))
+    refused = burst.refusal(ordered, isolation=settings.isolation)
+    if refused:
+        return HookDecision(rejection=f"{who}: {refused}")
     edits = edits_for(
         ordered,
         isolation=settings.isolation,
@@ -240,7 +293,16 @@ def holds_of(allocation: Allocation, devices: NodeDevices) -> tuple[Hold, ...]:
         gpu, _ = _find_gpu(share, devices)
         if gpu is None:
             continue
-        if share.mig_uuid:
+        if share.mig_profile:
+            made = next((
+                m.uuid for m in gpu.mig_instances
+                if m.profile == share.mig_profile and m.placement_start == share.mig_placement
+            ), "")
+            holds.append(Hold(
+                gpu_uuid=gpu.uuid, mig_uuid=made, mig_profile=share.mig_profile, mig_placement=share.mig_placement,
+                core_percent=share.core_percent,
+            ))
+        elif share.mig_uuid:
             holds.append(Hold(gpu_uuid=gpu.uuid, mig_uuid=share.mig_uuid, core_percent=share.core_percent))
         else:
             holds.append(Hold(
@@ -280,6 +342,8 @@ def _held_elsewhere(gpu: GPUInfo, devices: NodeDevices, pod_uid: str) -> str:
 def _check_share(share: GPUShare, gpu: GPUInfo, *, seen_mig: set[str]) -> str:
     if not gpu.healthy:
         return f"GPU is unhealthy ({gpu.health_reason or 'unknown reason'}); the pod must be scheduled on a healthy GPU"
+    if share.mig_profile:
+        return _check_mig_create(share, gpu, seen_mig=seen_mig)
     if share.mig_uuid:
         if not gpu.mig_enabled:
             return f"MIG instance {share.mig_uuid} asked for, but the GPU is not in MIG mode"
@@ -295,6 +359,30 @@ def _check_share(share: GPUShare, gpu: GPUInfo, *, seen_mig: set[str]) -> str:
     if share.memory_bytes > gpu.memory_bytes:
         return f"memory {share.memory_bytes} bytes is more than the GPU's {gpu.memory_bytes}"
     return ""
+
+
+def _check_mig_create(share: GPUShare, gpu: GPUInfo, *, seen_mig: set[str]) -> str:
+    """A MIG instance the node is to create: the GPU must offer the profile at that placement."""
+    what = f"MIG instance {share.mig_profile} at memory slice {share.mig_placement}"
+    if not gpu.mig_enabled:
+        return f"{what} asked for, but the GPU is not in MIG mode; the pod must be scheduled again"
+    profile = _mig_profile(gpu, share.mig_profile)
+    if profile is None:
+        offered = ", ".join(p.name for p in gpu.mig_profiles) or "none reported"
+        return f"{what} asked for, but the GPU offers no such profile (it offers: {offered}); the pod must be scheduled again"
+    if not any(p.start == share.mig_placement for p in profile.placements):
+        starts = ", ".join(str(p.start) for p in profile.placements) or "none"
+        return f"{what} asked for, but {share.mig_profile} can start only at memory slices {starts}"
+    # Keyed by where it sits: two shares at one placement cannot both get an instance there.
+    key = f"{gpu.uuid}@{share.mig_placement}"
+    if key in seen_mig:
+        return f"{what} is listed twice"
+    seen_mig.add(key)
+    return ""
+
+
+def _mig_profile(gpu: GPUInfo, name: str) -> MIGProfile | None:
+    return next((p for p in gpu.mig_profiles if p.name == name), None)
 
 
 def _pods_text(pods: frozenset[str], *, shown: int = 3) -> str:

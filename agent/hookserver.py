@@ -1,7 +1,10 @@
 """The RuntimeHooks gRPC server: the runtime proxy's view of the GPU hook.
 
 Thin: a request becomes a `agent.hook.HookRequest`, `agent.hook.decide`
-answers, and the decision becomes a `HookResponse`. It listens on a unix
+answers, and the decision becomes a `HookResponse`. A pod whose allocation
+asks for a MIG instance to be created has it made between two decisions
+(`agent.mig_lifecycle`), with the ledger's lock held across both, and the
+instances of a stopped pod are destroyed at PostStopPodSandbox. It listens on a unix
 socket with health and reflection, like every fgpu server. Unexpected
 errors in the decision are reported as gRPC INTERNAL (the proxy's failure
 policy decides what that means for the container); the server never dies of
@@ -20,10 +23,12 @@ from concurrent import futures
 
 import grpc
 
-from agent import hamicache
-from agent.admissions import AdmissionLedger
+from agent.admissions import AdmissionLedger, GPUHeld
 from agent.hook import NO_ANSWER, HookDecision, HookRequest, HookSettings, decide
+from agent.isolation import registry
+from agent.isolation.edits import CgroupResources, ContainerEdits
 from agent.metrics import AgentMetrics
+from agent.mig_lifecycle import MIGLifecycle
 from apis import names
 from apis.allocation import lists_gpus
 from apis.devices import NodeDevices
@@ -44,12 +49,17 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
         settings: Callable[[], HookSettings],
         metrics: AgentMetrics | None = None,
         ledger: AdmissionLedger | None = None,
+        mig: MIGLifecycle | None = None,
     ) -> None:
-        """`settings` is called per request; it raises SigningKeyError while the key cannot be read."""
+        """`settings` is called per request; it raises SigningKeyError while the key cannot be read.
+
+        `mig`: creates and destroys MIG instances for allocations that ask for them; None: such
+        an allocation is rejected (this agent cannot create MIG instances)."""
         self._devices = devices
         self._settings = settings
         self._metrics = metrics or AgentMetrics()
         self.ledger = ledger or AdmissionLedger()
+        self._mig = mig
 
     def PreCreateContainer(
         self, request: hooks_pb2.ContainerHookRequest, context: grpc.ServicerContext
@@ -74,12 +84,10 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
             # Check and record under one lock: two pods racing for the last share of a GPU
             # must not both see it free.
             with self.ledger.lock:
-                decision = decide(
-                    hook_request,
-                    devices=devices,
-                    settings=settings,
-                    held=self.ledger.held(excluding=hook_request.pod_uid),
-                )
+                held = self.ledger.held(excluding=hook_request.pod_uid)
+                decision = decide(hook_request, devices=devices, settings=settings, held=held)
+                if decision.mig_needed:
+                    decision = self._with_mig(decision, hook_request, devices=devices, settings=settings, held=held)
                 response = self._response(decision)
                 admitted = decision.edits is not None and not response.HasField("rejection")
                 if admitted:
@@ -102,11 +110,19 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
         self, request: hooks_pb2.PodSandboxHookRequest, context: grpc.ServicerContext
     ) -> hooks_pb2.HookResponse:
         uid = request.pod.uid
-        if uid and self.ledger.release(pod_uid=uid):
+        with self.ledger.lock:
+            holds = self.ledger.pods().get(uid, ())
+            released = bool(uid) and self.ledger.release(pod_uid=uid)
+        if released:
             log.info("pod %s/%s (%s) stopped: its GPU shares are free again", request.pod.namespace, request.pod.name, uid)
             self._metrics.admitted_pods.set(len(self.ledger.pods()))
-        # The per-container HAMi cache directories of the pod are no longer used by anyone.
-        hamicache.remove_pod_dirs(self._cache_root(), uid)
+        if uid:
+            self._pod_stopped(uid)
+            if self._mig is not None:
+                try:
+                    self._mig.pod_stopped(uid, holds)
+                except Exception:  # the sweep's reconcile tries again; the call must not fail
+                    log.exception("MIG cleanup after pod %s failed", uid)
         return hooks_pb2.HookResponse()
 
     def PreRunPodSandbox(
@@ -129,17 +145,41 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
     ) -> hooks_pb2.HookResponse:
         return hooks_pb2.HookResponse()
 
-    def _cache_root(self) -> str:
+    def _with_mig(
+        self, first: HookDecision, request: HookRequest, *, devices: NodeDevices, settings: HookSettings,
+        held: dict[str, GPUHeld],
+    ) -> HookDecision:
+        """The decision again once the MIG instances `first` needs exist (or were refused). Ledger lock held."""
+        if self._mig is None:
+            reason = "this fgpu agent was started without MIG instance management, so it cannot create one"
+            refused = {w: reason for w in first.mig_needed}
+            return decide(request, devices=devices, settings=settings, held=held, mig_refused=refused)
+        ready, refused = self._mig.prepare(first.mig_needed)
+        return decide(request, devices=devices, settings=settings, held=held, mig_ready=ready, mig_refused=refused)
+
+    def _pod_stopped(self, uid: str) -> None:
+        """Every backend cleans up after the pod, not only the configured one: a node switched to
+        another backend still holds what the old one left."""
         try:
-            return self._settings().paths.hami_cache_root
+            paths = self._settings().paths
         except SigningKeyError:
-            return ""
+            return
+        for backend in registry.backends():
+            try:
+                backend.on_pod_stopped(paths, pod_uid=uid)
+            except Exception:  # one backend's cleanup must not skip the others' or fail the call
+                log.exception("isolation backend %s: cleanup after pod %s failed", backend.name, uid)
 
     def _response(self, decision: HookDecision) -> hooks_pb2.HookResponse:
         if decision.rejection:
             self._metrics.hook_decisions.labels("rejected").inc()
-            log.warning("GPU hook refused a container: %s", decision.rejection)
+            log.warning("GPU hook rejected a container: %s", decision.rejection)
             return hooks_pb2.HookResponse(rejection=hooks_pb2.Rejection(reason=decision.rejection))
+        if decision.edits is None and decision.mig_needed:
+            # Never "no answer" for a pod whose MIG instance was not made: the proxy would start it without.
+            self._metrics.hook_decisions.labels("rejected").inc()
+            reason = "fgpu agent: the MIG instance the allocation asks for was not made ready"
+            return hooks_pb2.HookResponse(rejection=hooks_pb2.Rejection(reason=reason))
         if decision.edits is None:
             self._metrics.hook_decisions.labels("none").inc()
             return hooks_pb2.HookResponse()
@@ -151,14 +191,44 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
                 self._metrics.hook_decisions.labels("rejected").inc()
                 return hooks_pb2.HookResponse(rejection=hooks_pb2.Rejection(reason=reason))
         self._metrics.hook_decisions.labels("admitted").inc()
-        return hooks_pb2.HookResponse(
-            set_envs=[hooks_pb2.KeyValue(key=k, value=v) for k, v in decision.edits.envs],
-            unset_envs=list(decision.edits.unset_envs),
-            add_mounts=[
-                hooks_pb2.Mount(container_path=m.container_path, host_path=m.host_path, readonly=m.readonly)
-                for m in decision.edits.mounts
-            ],
+        return response_for(decision.edits)
+
+
+def response_for(edits: ContainerEdits) -> hooks_pb2.HookResponse:
+    """Each kind of edit onto the protocol's field for it (proto/fgpu/v1/hooks.proto)."""
+    return hooks_pb2.HookResponse(
+        set_envs=[hooks_pb2.KeyValue(key=k, value=v) for k, v in edits.envs],
+        unset_envs=list(edits.unset_envs),
+        add_mounts=[
+            hooks_pb2.Mount(
+                container_path=m.container_path, host_path=m.host_path, readonly=m.readonly,
+                selinux_relabel=m.selinux_relabel,
+                propagation=f"PROPAGATION_{m.propagation.name}",
+            )
+            for m in edits.mounts
+        ],
+        add_devices=[
+            hooks_pb2.Device(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
+            for d in edits.devices
+        ],
+        add_cdi_devices=list(edits.cdi_devices),
+        set_annotations=dict(edits.set_annotations),
+        remove_annotations=list(edits.remove_annotations),
+        resources=None if edits.resources.is_empty() else _resources(edits.resources),
+    )
+
+
+def _resources(r: CgroupResources) -> hooks_pb2.LinuxResources:
+    # Only the fields the backend sets: the proto's optional fields keep "unset" apart from 0.
+    fields = {
+        name: getattr(r, name)
+        for name in (
+            "cpu_period", "cpu_quota", "cpu_shares", "memory_limit_in_bytes", "oom_score_adj",
+            "cpuset_cpus", "cpuset_mems", "memory_swap_limit_in_bytes",
         )
+        if getattr(r, name) is not None
+    }
+    return hooks_pb2.LinuxResources(unified=dict(r.unified), **fields)
 
 
 def make_shared_dir(path: str) -> None:

@@ -89,6 +89,13 @@ class Kube:
             raise KubeAPIError(f"Kubernetes API: pod list has items={items!r}, expected a list")
         return [item for item in items if isinstance(item, dict)]
 
+    def evict_pod(self, namespace: str, name: str, *, grace_period_s: int | None = None) -> None:
+        """POST the pod's eviction (policy/v1 Eviction): PodDisruptionBudgets apply, 429 when one refuses."""
+        body: JSON = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        if grace_period_s is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_period_s}
+        self._call(self._core.create_namespaced_pod_eviction, name=name, namespace=namespace, body=body)
+
     # --- the Device custom resource ------------------------------------------------------
 
     def get_device(self, name: str) -> JSON | None:

@@ -14,18 +14,18 @@ now: a rebuild can only make GPUs look fuller, never freer.
 Order at start (`agent.daemon.Agent.start`): the NVML worker first, then one
 rebuild once discovery has produced devices, then the hook server. The
 rebuild needs the devices (to resolve shares to GPUs) and the verifying keys;
-while either is missing it waits (the hook refuses allocations then anyway),
+while either is missing it waits (the hook rejects allocations then anyway),
 and the agent's hook sees the node as not ready until one rebuild has been
 tried with both in hand.
 
 A failed listing (API server or runtime down) does not stop the agent: it
 logs a warning, and the rebuild is retried with the admission sweep, on its
-backoff and period, until one listing succeeds. Until then the hook refuses
+backoff and period, until one listing succeeds. Until then the hook rejects
 GPU allocations (kubelet retries them); pods without one are not affected.
 
 Only pods the hook could have admitted together are restored: a pod with a
 created container first (it was admitted), then by age; a verified pod that
-would overcommit a GPU on top of those is one the hook refused (a stale
+would overcommit a GPU on top of those is one the hook rejected (a stale
 scheduler view), and counting it would block the pods really running. Restoring merges: an entry a
 real admission recorded in the meantime wins, and the rebuild never releases
 anything (releasing is the sweep's job).
@@ -59,7 +59,7 @@ class SkipReason(enum.Enum):
     #: Verified, but lists no GPU, or none of its GPUs is on the node now.
     HOLDS_NOTHING = "holds-nothing"
     #: Verified, but counting it would overcommit a GPU the pods restored before it hold: the hook
-    #: refused it (a stale scheduler view), and it waits on the node for kubelet's retries.
+    #: rejected it (a stale scheduler view), and it waits on the node for kubelet's retries.
     OVERCOMMIT = "overcommit"
 
 
@@ -128,7 +128,7 @@ def _admissible(
 ) -> list[tuple[str, tuple[Hold, ...]]]:
     """The verified pods the hook could have admitted together, as it did: a pod with a running
     container first (it was admitted), then the oldest. A pod that would overcommit a GPU on top
-    of those is one the hook refused; counting it would block the pods really running."""
+    of those is one the hook rejected; counting it would block the pods really running."""
     memory = {g.uuid: g.memory_bytes for g in devices.gpus}
     core: dict[str, int] = {}
     used: dict[str, int] = {}
@@ -137,7 +137,7 @@ def _admissible(
     for pod, holds in sorted(verified, key=lambda e: (not e[0].started, e[0].created or "~", e[0].uid)):
         over = [
             h.gpu_uuid for h in holds
-            if (h.mig_uuid and h.mig_uuid in migs) or (not h.mig_uuid and (
+            if (h.mig and h.mig_key in migs) or (not h.mig and (
                 core.get(h.gpu_uuid, 0) + h.core_percent > 100
                 or used.get(h.gpu_uuid, 0) + h.memory_bytes > memory.get(h.gpu_uuid, 0)
             ))
@@ -146,12 +146,12 @@ def _admissible(
             who = f"{pod.name} ({pod.uid})" if pod.name else pod.uid
             skipped.append(Skipped(pod.uid, who, SkipReason.OVERCOMMIT, (
                 f"its share of {', '.join(sorted(set(over)))} does not fit beside the pods restored before it; "
-                "the hook refused it, and it holds nothing"
+                "the hook rejected it, and it holds nothing"
             )))
             continue
         for h in holds:
-            if h.mig_uuid:
-                migs.add(h.mig_uuid)
+            if h.mig:
+                migs.add(h.mig_key)
             else:
                 core[h.gpu_uuid] = core.get(h.gpu_uuid, 0) + h.core_percent
                 used[h.gpu_uuid] = used.get(h.gpu_uuid, 0) + h.memory_bytes
@@ -216,7 +216,7 @@ class LedgerRebuilder:
                 if not self.tried:
                     log.warning(
                         "cannot list the pods %s to restore the admission ledger (%s); GPU allocations are "
-                        "refused (kubelet retries) until a retry with the admission sweep succeeds, since "
+                        "rejected (kubelet retries) until a retry with the admission sweep succeeds, since "
                         "admitting them without the pods already running could overcommit a GPU",
                         self._source.where, err,
                     )

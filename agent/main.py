@@ -1,7 +1,7 @@
 """`fgpu-agent`: the node agent's command line.
 
     fgpu-agent [--config FILE] [--node-name NAME] [--kubeconfig FILE] [--hook-listen unix:///PATH]
-               [--isolation hami-core|mps|none] [--fake-nvml INVENTORY.yaml]
+               [--isolation BACKEND] [--fake-nvml INVENTORY.yaml]
                [--verifying-keys PATH] [--legacy-signing-key FILE]
                [--scheduler ADDRESS] [--no-kubernetes] [--runtime-endpoint unix:///PATH]
                [--metrics-listen HOST:PORT]
@@ -9,7 +9,8 @@
 
 `--once --print device` prints the Device object the agent would write, as
 JSON, and exits; `--print node` prints the node patch (labels and extended
-resources). Neither needs a cluster.
+resources). Neither needs a cluster. `--isolation` takes a registered backend's name
+(agent/isolation/: hami-core, mps, none).
 """
 
 from __future__ import annotations
@@ -24,22 +25,23 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from agent import reporting
+from agent import node_report, nvml_library
 from agent.backendcheck import HostFiles
 from agent.cgroups import PidResolver
 from agent.checkpoint import CheckpointReader
 from agent.config import AgentConfig, load_config_file, resolve_node_name, with_overrides
 from agent.daemon import Agent
 from agent.errors import AgentError, ConfigError
+from agent.fakenvml_inventory import InventoryError, load_inventory
 from agent.health import HealthTracker
-from agent.inventory import InventoryError, load_inventory
+from agent.isolation import registry as isolation_registry
 from agent.kube import Kube
 from agent.metrics import AgentMetrics
+from agent.node_report_writer import KubeReporter
 from agent.nodestate import NodeState
 from agent.nvmlapi import NVML
 from agent.nvmlworker import NVMLWorker
 from agent.pcitopology import InventoryTopology, PciTopologySource, SysfsTopology
-from agent.reporter import KubeReporter
 from agent.schedclient import SchedulerReporter
 from apis.devices import NodeDevices
 
@@ -53,7 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--no-kubernetes", action="store_true", help="do not write the Device object or the node")
     p.add_argument("--hook-listen", help="RuntimeHooks socket, e.g. unix:///var/run/fgpu-agent/hooks.sock")
-    p.add_argument("--isolation", choices=["hami-core", "mps", "none"], help="isolation backend for GPU shares")
+    p.add_argument(
+        "--isolation", choices=isolation_registry.backend_names(),
+        help="isolation backend for GPU shares: "
+        + "; ".join(f"{b.name}: {b.summary}" for b in isolation_registry.backends()).replace("%", "%%"),
+    )
     p.add_argument("--fake-nvml", metavar="INVENTORY.yaml", help="use the fake NVML driven by this inventory")
     p.add_argument(
         "--verifying-keys", metavar="PATH",
@@ -104,10 +110,7 @@ def nvml_for(config: AgentConfig) -> tuple[NVML, PciTopologySource]:
 
         inventory = load_inventory(config.fake_nvml)
         return FakeNVML(inventory), InventoryTopology(inventory)
-    import pynvml
-
-    nvml: NVML = pynvml
-    return nvml, SysfsTopology(root=config.sysfs_root)
+    return nvml_library.load(), SysfsTopology(root=config.sysfs_root)
 
 
 def discover_once(config: AgentConfig, *, node_name: str) -> NodeDevices:
@@ -130,9 +133,9 @@ def discover_once(config: AgentConfig, *, node_name: str) -> NodeDevices:
 
 
 def node_document(devices: NodeDevices, *, advertise_nvidia_gpu: bool) -> dict[str, Any]:
-    resources = reporting.node_resources(devices, advertise_nvidia_gpu=advertise_nvidia_gpu)
+    resources = node_report.node_resources(devices, advertise_nvidia_gpu=advertise_nvidia_gpu)
     return {
-        "metadata": {"name": devices.node_name, "labels": reporting.node_labels(devices)},
+        "metadata": {"name": devices.node_name, "labels": node_report.node_labels(devices)},
         "status": {"capacity": dict(resources), "allocatable": dict(resources)},
     }
 
@@ -142,7 +145,7 @@ def run_once(config: AgentConfig, *, node_name: str, print_what: str | None) -> 
     if devices.discovery_error:
         log.error("%s", devices.discovery_error)
     if print_what == "device":
-        print(json.dumps(reporting.desired_device(devices, node_uid=None), indent=2, sort_keys=True))
+        print(json.dumps(node_report.desired_device(devices, node_uid=None), indent=2, sort_keys=True))
         return 0
     if print_what == "node":
         print(json.dumps(node_document(devices, advertise_nvidia_gpu=config.advertise_nvidia_gpu), indent=2, sort_keys=True))

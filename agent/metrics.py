@@ -74,9 +74,24 @@ class AgentMetrics:
         )
         self.isolation_ready = Gauge(
             "fgpu_agent_isolation_ready",
-            "1 when the node's isolation backend can enforce GPU shares (0: the hook refuses shares; reason says why).",
+            "1 when the node's isolation backend can enforce GPU shares (0: the hook rejects shares; reason says why).",
             ["isolation", "reason"], registry=r,
         )
+        self.mig_instances_created = Counter(
+            "fgpu_agent_mig_instances_created_total",
+            "MIG instances (GPU and compute instance) the agent created for pods' allocations.", registry=r,
+        )
+        self.mig_instances_destroyed = Counter(
+            "fgpu_agent_mig_instances_destroyed_total",
+            "MIG instances the agent created and destroyed again once no pod held them.", registry=r,
+        )
+        self.mig_instance_failures = Counter(
+            "fgpu_agent_mig_instance_failures_total",
+            "MIG creates refused (the container was rejected) and destroys NVML refused (the instance stays).",
+            ["action"], registry=r,
+        )
+        for action in ("create", "destroy"):
+            self.mig_instance_failures.labels(action)
         self._isolation_labels: tuple[str, str] | None = None
         self._gpu_labels: set[str] = set()
         self._pod_labels: set[tuple[str, str]] = set()

@@ -129,6 +129,9 @@ class NVMLWorker:
         self._retry_max = retry_max_s
         self._clock = clock
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        #: Set by rediscover(); cleared when a discovery starts, so one asked for during it runs again.
+        self._asked = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nvml-poll", daemon=True)
         self._initialised = False
         self._last_error = ""
@@ -144,8 +147,15 @@ class NVMLWorker:
     def start(self) -> None:
         self._thread.start()
 
+    def rediscover(self) -> None:
+        """Discover again now, not at the next discovery interval: the node's MIG instances changed,
+        and the scheduler must see them in the next report."""
+        self._asked.set()
+        self._wake.set()
+
     def stop(self, grace: float = 5.0) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(grace)
         self._stop_watcher()
@@ -172,13 +182,15 @@ class NVMLWorker:
             else:
                 self._error_wait = self._poll
             self.cycles += 1
-            self._stop.wait(wait)
+            self._wake.wait(wait)
+            self._wake.clear()
 
     def _iterate(self) -> float:
         if not self._initialised and not self._init():
             return self._backoff()
         now = self._clock()
-        if now >= self._next_discovery:
+        if now >= self._next_discovery or self._asked.is_set():
+            self._asked.clear()
             if not self._discover():
                 return self._backoff()
             self._retry_s = 1.0

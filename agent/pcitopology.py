@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Protocol
 
-from agent.inventory import Inventory
+from agent.fakenvml_inventory import Inventory
+from agent.pci_address import sysfs_bus_id
 
 
 @dataclass(frozen=True)
@@ -23,12 +24,6 @@ class PciLocation:
 
 class PciTopologySource(Protocol):
     def locate(self, bus_id: str) -> PciLocation: ...
-
-
-def sysfs_bus_id(nvml_bus_id: str) -> str:
-    """NVML's "00000000:1B:00.0" in the form sysfs names devices: "0000:1b:00.0"."""
-    domain, _, rest = nvml_bus_id.partition(":")
-    return f"{domain[-4:]}:{rest}".lower()
 
 
 class SysfsTopology:

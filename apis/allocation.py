@@ -10,7 +10,9 @@ object keyed by device type, each a list of per-device entries::
                           "koordinator.sh/gpu-memory":"20Gi",
                           "koordinator.sh/gpu-memory-ratio":"50"}}]}
 
-A MIG share also carries ``"extension":{"fgpu.io/mig-uuid":"MIG-..."}``;
+A MIG share also carries ``"extension":{"fgpu.io/mig-uuid":"MIG-..."}``, or, for an
+instance the node is to create for the pod (docs/mig.md),
+``"extension":{"fgpu.io/mig-profile":"3g.40gb","fgpu.io/mig-placement":4}``;
 Koordinator decodes "extension" into a struct and skips keys it does not know.
 
 Koordinator's value is per pod, but limits are applied per container, so fgpu's
@@ -68,6 +70,19 @@ class ContainerShare:
 
 
 @dataclass(frozen=True)
+class ShareLimit:
+    """What a burstable share may use on its GPU, above its reserved request (docs/overcommit.md).
+
+    Example: ``"fgpu.io/burstable-limit":{"koordinator.sh/gpu-core":"80",
+    "koordinator.sh/gpu-memory":"20Gi","koordinator.sh/gpu-memory-ratio":"25"}`` in the entry's extension.
+    """
+
+    core_percent: int
+    memory_bytes: int
+    memory_ratio_percent: int
+
+
+@dataclass(frozen=True)
 class GPUShare:
     """The part of one GPU a pod got.
 
@@ -83,8 +98,14 @@ class GPUShare:
     memory_ratio_percent: int
     #: UUID of the MIG instance when the share is one; empty otherwise.
     mig_uuid: str = ""
+    #: A MIG instance the node creates for the pod: its profile ("3g.40gb") and placement start
+    #: (memory slice); "" and -1 otherwise. Signed with the rest, so the node creates exactly this.
+    mig_profile: str = ""
+    mig_placement: int = -1
     #: The containers that see this GPU, each with its own part; empty when the writer did not say.
     containers: tuple[ContainerShare, ...] = ()
+    #: A burstable share's limit (its presence is the tier); None for a guaranteed share.
+    limit: ShareLimit | None = None
 
     @property
     def whole(self) -> bool:
@@ -148,10 +169,17 @@ def encode_allocation(allocation: Allocation) -> str:
         extension: dict[str, object] = {}
         if share.mig_uuid:
             extension[names.ALLOCATION_MIG_UUID] = share.mig_uuid
+        if share.mig_profile:
+            extension[names.ALLOCATION_MIG_PROFILE] = share.mig_profile
+            extension[names.ALLOCATION_MIG_PLACEMENT] = share.mig_placement
         if share.containers:
             extension[names.ALLOCATION_CONTAINERS] = {
                 c.name: _resources(c.core_percent, c.memory_bytes, c.memory_ratio_percent) for c in share.containers
             }
+        if share.limit is not None:
+            extension[names.ALLOCATION_BURST_LIMIT] = _resources(
+                share.limit.core_percent, share.limit.memory_bytes, share.limit.memory_ratio_percent
+            )
         if extension:
             entry[_EXTENSION] = extension
         entries.append(entry)
@@ -213,6 +241,7 @@ def _decode_entry(entry: object, *, where: str) -> GPUShare:
             f"{names.DEVICE_ALLOCATED}: {where}.resources must be an object of resource name to "
             f"quantity, got {_kind(resources)}"
         )
+    mig_profile, mig_placement = _mig_create(entry.get(_EXTENSION), where=where)
     return GPUShare(
         minor=minor,
         uuid=uuid,
@@ -220,7 +249,26 @@ def _decode_entry(entry: object, *, where: str) -> GPUShare:
         memory_bytes=_whole_number(resources, names.GPU_MEMORY, where=where),
         memory_ratio_percent=_percent(resources, names.GPU_MEMORY_RATIO, where=where),
         mig_uuid=_mig_uuid(entry.get(_EXTENSION), where=where),
+        mig_profile=mig_profile,
+        mig_placement=mig_placement,
         containers=_containers(entry.get(_EXTENSION), where=where),
+        limit=_limit(entry.get(_EXTENSION), where=where),
+    )
+
+
+def _limit(extension: object, *, where: str) -> ShareLimit | None:
+    if not isinstance(extension, dict) or names.ALLOCATION_BURST_LIMIT not in extension:
+        return None
+    resources = extension[names.ALLOCATION_BURST_LIMIT]
+    field = f"{where}.extension[{names.ALLOCATION_BURST_LIMIT}]"
+    if not isinstance(resources, dict):
+        raise AllocationError(
+            f"{names.DEVICE_ALLOCATED}: {field} must be an object of resource name to quantity, got {_kind(resources)}"
+        )
+    return ShareLimit(
+        core_percent=_percent(resources, names.GPU_CORE, where=field),
+        memory_bytes=_whole_number(resources, names.GPU_MEMORY, where=field),
+        memory_ratio_percent=_percent(resources, names.GPU_MEMORY_RATIO, where=field),
     )
 
 
@@ -303,8 +351,35 @@ def _mig_uuid(extension: object, *, where: str) -> str:
     return value
 
 
+def _mig_create(extension: object, *, where: str) -> tuple[str, int]:
+    """The MIG instance to create (profile, placement start), ("", -1) when the entry names none."""
+    if not isinstance(extension, dict) or names.ALLOCATION_MIG_PROFILE not in extension:
+        return "", -1
+    profile = extension[names.ALLOCATION_MIG_PROFILE]
+    start = extension.get(names.ALLOCATION_MIG_PLACEMENT)
+    field = f"{names.DEVICE_ALLOCATED}: {where}.extension"
+    if not isinstance(profile, str) or not profile:
+        raise AllocationError(f"{field}[{names.ALLOCATION_MIG_PROFILE}]={profile!r} must be a MIG profile name such as 3g.40gb")
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise AllocationError(
+            f"{field}[{names.ALLOCATION_MIG_PLACEMENT}]={start!r} must be the placement's first memory slice, "
+            "an integer >= 0, beside its profile"
+        )
+    if names.ALLOCATION_MIG_UUID in extension:
+        raise AllocationError(
+            f"{field}: names both an existing MIG instance ({names.ALLOCATION_MIG_UUID}) and one to create "
+            f"({names.ALLOCATION_MIG_PROFILE}); an entry is one or the other"
+        )
+    return profile, start
+
+
 def _check_share(share: GPUShare, *, where: str) -> None:
     problems = []
+    if share.mig_profile and (share.mig_uuid or share.mig_placement < 0):
+        problems.append(
+            f"MIG instance to create {share.mig_profile!r} needs a placement >= 0 (got {share.mig_placement}) "
+            "and no existing instance uuid"
+        )
     if share.minor < 0:
         problems.append(f"minor={share.minor} must be >= 0")
     for field, value in (("core_percent", share.core_percent), ("memory_ratio_percent", share.memory_ratio_percent)):
@@ -317,6 +392,13 @@ def _check_share(share: GPUShare, *, where: str) -> None:
                 and c.memory_bytes >= 0):
             problems.append(f"container {c.name!r}: core {c.core_percent}, memory {c.memory_bytes}, ratio "
                             f"{c.memory_ratio_percent} is not a part of the GPU's share")
+    limit = share.limit
+    if limit is not None and not (
+        share.core_percent <= limit.core_percent <= _MAX_PERCENT
+        and share.memory_ratio_percent <= limit.memory_ratio_percent <= _MAX_PERCENT
+        and limit.memory_bytes >= share.memory_bytes
+    ):
+        problems.append(f"burstable limit {limit} is below the share's request or above one GPU")
     if len({c.name for c in share.containers}) != len(share.containers):
         problems.append("a container is listed twice")
     if problems:

@@ -24,9 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from apis.allocation import Allocation, ContainerShare, GPUShare, share_memory_bytes
-from apis.device_request import DeviceRequest
+from apis.device_request import ContainerRequest, DeviceRequest
 from apis.pods import ContainerKind
-from apis.request import ContainerRequest
 
 _FULL = 100
 

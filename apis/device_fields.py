@@ -32,6 +32,7 @@ from typing import Any
 
 from apis import names
 from apis.inventory import ExternalHolder, GPUInfo, MIGInstance, NodeDevices, NVLinkPeer
+from apis.mig import MIGPlacement, MIGProfile
 
 
 class Kind(Enum):
@@ -144,6 +145,31 @@ MIG_INSTANCE = Record(MIGInstance, (
     Field("gpu_instance_id", "gpu_instance_id", Extra("gpuInstanceID"), Kind.NUMBER),
     Field("compute_instance_id", "compute_instance_id", Extra("computeInstanceID"), Kind.NUMBER),
     Field("index", "index", Extra("index"), Kind.NUMBER),
+    # Dynamic MIG (docs/mig.md): left out at their defaults, so Devices of nodes without it keep their bytes.
+    Field("profile_id", "profile_id", Extra("profileID"), Kind.NUMBER, omit_default=True),
+    Field("placement_start", "placement_start", Extra("placementStart"), Kind.NUMBER, omit_default=True),
+    Field("placement_size", "placement_size", Extra("placementSize"), Kind.NUMBER, omit_default=True),
+    Field("fgpu_created", "fgpu_created", Extra("fgpuCreated"), Kind.FLAG, omit_default=True),
+))
+
+MIG_PLACEMENT = Record(MIGPlacement, (
+    Field("start", "start", Extra("start"), Kind.NUMBER),
+    Field("size", "size", Extra("size"), Kind.NUMBER),
+))
+
+MIG_PROFILE = Record(MIGProfile, (
+    Field("name", "name", Extra("name"), Kind.TEXT),
+    Field("profile_id", "profile_id", Extra("profileID"), Kind.NUMBER),
+    Field("slices", "slices", Extra("slices"), Kind.NUMBER),
+    Field("memory_bytes", "memory_bytes", Extra("memoryBytes"), Kind.NUMBER),
+    Field("instance_count", "instance_count", Extra("instanceCount"), Kind.NUMBER),
+    Field("placements", "placements", Extra("placements"), Kind.RECORDS, records=MIG_PLACEMENT),
+    Field("multiprocessors", "multiprocessors", Extra("multiprocessors"), Kind.NUMBER),
+    Field("copy_engines", "copy_engines", Extra("copyEngines"), Kind.NUMBER),
+    Field("decoders", "decoders", Extra("decoders"), Kind.NUMBER),
+    Field("jpegs", "jpegs", Extra("jpegs"), Kind.NUMBER),
+    Field("ofas", "ofas", Extra("ofas"), Kind.NUMBER),
+    Field("nvml_index", "nvml_index", Extra("nvmlIndex"), Kind.NUMBER),
 ))
 
 #: One GPU. Koordinator's fields come first, in the order koordlet writes them.
@@ -166,6 +192,7 @@ GPU = Record(GPUInfo, (
     Field("mig_instances", "mig_instances", Extra("migInstances"), Kind.RECORDS, records=MIG_INSTANCE),
     Field("topology.nvlink_peers", "topology.nvlink_peers", Extra("nvlinkPeers"), Kind.RECORDS, records=NVLINK_PEER),
     Field("power_limit_watts", "power_limit_watts", Extra("powerLimitWatts"), Kind.NUMBER, omit_default=True),
+    Field("mig_profiles", "mig_profiles", Extra("migProfiles"), Kind.RECORDS, records=MIG_PROFILE, omit_default=True),
 ))
 
 EXTERNAL_HOLDER = Record(ExternalHolder, (

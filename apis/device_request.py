@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from apis.pods import ContainerKind
+
 
 @dataclass(frozen=True)
 class DeviceRequest:
@@ -99,3 +101,12 @@ class RequestError(ValueError):
     def __init__(self, errors: Sequence[str]) -> None:
         super().__init__("; ".join(errors))
         self.errors = list(errors)
+
+
+@dataclass(frozen=True)
+class ContainerRequest:
+    """One container's own GPU request, for splitting the pod's allocation among its containers."""
+
+    name: str
+    kind: ContainerKind
+    request: DeviceRequest

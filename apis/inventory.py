@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from apis.mig import MIGProfile
+
 #: Kubernetes caps a label value at 63 characters.
 LABEL_VALUE_MAX = 63
 _MODEL_PREFIXES = ("NVIDIA ", "Tesla ")
@@ -40,6 +42,13 @@ class MIGInstance:
     gpu_instance_id: int = 0
     compute_instance_id: int = 0
     index: int = 0
+    #: NVML profile id of its GPU instance (-1: not read, e.g. an agent before dynamic MIG).
+    profile_id: int = -1
+    #: Its GPU instance's placement in memory slices (start -1: not known; apis/mig.py).
+    placement_start: int = -1
+    placement_size: int = 0
+    #: fgpu created it for a pod (agent/mig_manager.py decides); False: an operator's, never destroyed by fgpu.
+    fgpu_created: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,8 @@ class GPUInfo:
     mig_enabled: bool = False
     mig_instances: tuple[MIGInstance, ...] = ()
     power_limit_watts: int = 0
+    #: GPU instance profiles NVML offers on a MIG-capable GPU, with their legal placements; () otherwise.
+    mig_profiles: tuple[MIGProfile, ...] = ()
 
 
 @dataclass(frozen=True)

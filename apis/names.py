@@ -48,6 +48,11 @@ ALLOCATION_MIG_UUID: Final = "fgpu.io/mig-uuid"
 #: own share of it, e.g. {"main":{"koordinator.sh/gpu-core":"30",...}}. A container named in
 #: no entry gets no GPU. Koordinator skips extension keys it does not know.
 ALLOCATION_CONTAINERS: Final = "fgpu.io/containers"
+#: Allocation entry extension keys of a MIG instance fgpu creates for the pod: the profile name
+#: ("3g.40gb") and the start of its placement in memory slices (4). The node creates exactly that
+#: instance before the container starts and destroys it when the pod's sandbox is gone (docs/mig.md).
+ALLOCATION_MIG_PROFILE: Final = "fgpu.io/mig-profile"
+ALLOCATION_MIG_PLACEMENT: Final = "fgpu.io/mig-placement"
 #: Comma-separated GPU models the pod may use (label-safe form, e.g. "A100-SXM4-80GB,H100-SXM5-80GB").
 GPU_MODEL_USE: Final = "fgpu.io/gpu-model-use"
 #: Comma-separated GPU models the pod must not use.
@@ -56,6 +61,36 @@ GPU_MODEL_AVOID: Final = "fgpu.io/gpu-model-avoid"
 GPU_TOPOLOGY_SCOPE: Final = "fgpu.io/gpu-topology-scope"
 #: Job key override: pods with the same value get the same GPU model.
 JOB_KEY: Final = "fgpu.io/job-key"
+#: Pod annotation choosing how a single-card share is served: "mig" (a MIG instance only, as HAMi's
+#: nvidia.com/vgpu-mode: mig), "shared" (never MIG); absent, either (apis/mig.py has the rule).
+GPU_MODE: Final = "fgpu.io/gpu-mode"
+#: Node annotation prefix of a requested MIG mode change, one key per GPU: `fgpu.io/mig-mode.<GPU UUID>`
+#: = MIG_MODE_ENABLED | MIG_MODE_DISABLED. Written by `fgpuctl mig enable|disable` after its drain check;
+#: the node's agent switches the GPU once it is idle and removes the key (docs/mig.md, "Mode changes").
+MIG_MODE_REQUEST_PREFIX: Final = "fgpu.io/mig-mode."
+MIG_MODE_ENABLED: Final = "enabled"
+MIG_MODE_DISABLED: Final = "disabled"
+
+#: Burstable GPU shares (apis/overcommit.py, docs/overcommit.md). Kubernetes refuses request != limit on
+#: extended resources, so the tier and its limits are annotations: `fgpu.io/gpu-qos: burstable` with
+#: `fgpu.io/gpu-core-limit: "80"` and `fgpu.io/gpu-memory-limit: "20Gi"` (or `fgpu.io/gpu-memory-ratio-limit:
+#: "60"` beside a ratio request). The request is reserved; the limit is what the isolation backend enforces.
+GPU_QOS: Final = "fgpu.io/gpu-qos"
+GPU_QOS_GUARANTEED: Final = "guaranteed"
+GPU_QOS_BURSTABLE: Final = "burstable"
+GPU_CORE_LIMIT: Final = "fgpu.io/gpu-core-limit"
+GPU_MEMORY_LIMIT: Final = "fgpu.io/gpu-memory-limit"
+GPU_MEMORY_RATIO_LIMIT: Final = "fgpu.io/gpu-memory-ratio-limit"
+#: Allocation entry extension key of a burstable share: its signed limits, e.g.
+#: {"koordinator.sh/gpu-core":"80","koordinator.sh/gpu-memory":"20Gi","koordinator.sh/gpu-memory-ratio":"25"}.
+#: Present only on burstable shares: its presence is the tier.
+ALLOCATION_BURST_LIMIT: Final = "fgpu.io/burstable-limit"
+#: Node label: the node pool's burstable overcommit ratio ("1.5"); absent, the node takes no burstable share.
+NODE_BURSTABLE_RATIO: Final = "fgpu.io/burstable-ratio"
+#: Event reason and metric of the agent's reclaim (agent/reclaim_loop.py).
+EVENT_BURSTABLE_EVICTED: Final = "BurstableEvicted"
+AGENT_NAME: Final = "fgpu-agent"
+METRIC_RECLAIM_EVICTIONS: Final = "fgpu_agent_reclaim_evictions_total"
 
 # --- Labels -------------------------------------------------------------------
 
@@ -183,3 +218,66 @@ FGPU_GPU_UUIDS: Final = "FGPU_GPU_UUIDS"
 FGPU_ISOLATION: Final = "FGPU_ISOLATION"
 #: Downward-API variable carrying the node name to the agent.
 NODE_NAME_ENV: Final = "NODE_NAME"
+
+# --- What a pod author writes -----------------------------------------------------
+
+#: Every name above that a pod author may write on a GPU pod (resources, annotations, labels, the
+#: scheduler name). docs/requesting-gpus.md documents each one; tests/pod_guide keeps its reference
+#: table and this tuple equal. Other products' resources come from the translation rules, not here.
+POD_FACING: Final = (
+    GPU_CORE,
+    GPU_MEMORY,
+    GPU_MEMORY_RATIO,
+    GPU_SHARED,
+    KOORD_GPU,
+    NVIDIA_GPU,
+    GPU_MODEL_USE,
+    GPU_MODEL_AVOID,
+    GPU_TOPOLOGY_SCOPE,
+    GPU_MODE,
+    GPU_QOS,
+    GPU_CORE_LIMIT,
+    GPU_MEMORY_LIMIT,
+    GPU_MEMORY_RATIO_LIMIT,
+    JOB_KEY,
+    POD_GROUP_LABEL,
+    POD_GROUP_LABEL_LEGACY,
+    JOBSET_NAME_LABEL,
+    SCHEDULER_INJECTION_LABEL,
+    SCHEDULER_NAME,
+)
+#: What a GPU container finds in its environment (set by the agent's hook; informative, read-only).
+POD_VISIBLE_ENV: Final = (FGPU_GPU_UUIDS, FGPU_MEMORY_BYTES, FGPU_CORE_PERCENT, FGPU_ISOLATION)
+
+# --- Isolation backends (agent) ---------------------------------------------------
+
+#: The agent's built-in isolation backends, as `isolation:` in its config, `--isolation`, the chart's
+#: `agent.pools[].isolation` and `FGPU_ISOLATION` in a container spell them (agent/isolation/).
+ISOLATION_HAMI_CORE: Final = "hami-core"
+ISOLATION_MPS: Final = "mps"
+#: Visibility only; also what a container gets when none of its GPUs needs a software limit.
+ISOLATION_NONE: Final = "none"
+#: Name prefix of every variable the MPS client reads.
+MPS_ENV_PREFIX: Final = "CUDA_MPS_"
+
+# --- Defragmentation (fgpu-descheduler, docs/defrag.md) ---------------------------------
+
+#: Opt-in, as a label on the pod or on its namespace: `fgpu.io/defrag: allow` lets the descheduler
+#: evict the pod to make room for a pending GPU pod (only if its owner recreates it).
+DEFRAG_OPT_IN_LABEL: Final = "fgpu.io/defrag"
+DEFRAG_OPT_IN_VALUE: Final = "allow"
+#: The descheduler's name in Events (`reportingComponent` / `source.component`).
+DESCHEDULER_NAME: Final = "fgpu-descheduler"
+#: Event reasons: on a moved pod (naming the pod it made room for), a dry-run plan, a stopped step.
+EVENT_DEFRAG_EVICTED: Final = "DefragEvicted"
+EVENT_DEFRAG_WOULD_EVICT: Final = "DefragWouldEvict"
+EVENT_DEFRAG_ABORTED: Final = "DefragAborted"
+#: Prometheus metrics of the descheduler.
+METRIC_DEFRAG_MOVES: Final = "fgpu_defrag_moves_total"
+#: Pending pods room was made for, and the GPU-seconds they had waited by then (GPUs x wait): the
+#: waiting a move ended, not a counterfactual (the churn replay measures GPU-hours recovered).
+METRIC_DEFRAG_MADE_ROOM: Final = "fgpu_defrag_made_room_total"
+METRIC_DEFRAG_WAITED_GPU_SECONDS: Final = "fgpu_defrag_made_room_waited_gpu_seconds_total"
+#: Nodes the consolidation mode emptied of GPU pods.
+METRIC_DEFRAG_NODES_EMPTIED: Final = "fgpu_defrag_nodes_emptied_total"
+METRIC_DEFRAG_ABORTED: Final = "fgpu_defrag_aborted_total"

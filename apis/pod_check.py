@@ -2,6 +2,7 @@
 
 `check_pod` is the one decision both call. It reads the pod the way the
 scheduler does (`apis.request.parse_pod` for the GPU request,
+`apis.mig.pod_mig_mode` for its `fgpu.io/gpu-mode` annotation,
 `apis.request.pod_cpu_memory` for CPU and memory), so a pod the webhook
 refuses is refused by the scheduler too, with the same lines, each naming the
 container, the resource, the value and the fix::
@@ -22,8 +23,9 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from apis import names
+from apis import names, overcommit
 from apis.device_request import DeviceRequest, RequestError
+from apis.mig import MIGRequestError, pod_mig_mode
 from apis.pods import PodShapeError, as_pod_dict, container_resources
 from apis.quantity import parse_quantity
 from apis.request import parse_pod, pod_cpu_memory
@@ -52,10 +54,18 @@ def check_pod(pod: Mapping[str, Any] | Any, *, rules: TranslationRules) -> PodCh
     """The pod's GPU request, or every problem with its GPU, CPU and memory requests."""
     errors: list[str] = []
     request = None
+    request_ok = True
     try:
         request = parse_pod(pod, rules=rules)
     except RequestError as exc:
         errors.extend(exc.errors)
+        request_ok = False
+    try:
+        # The scheduler reads the same annotation with the same call (core/podrequest.py).
+        cards = (request.gpus if request else 0) if request_ok else None
+        pod_mig_mode(_annotations(pod), cards=cards, whole=bool(request and request.whole))
+    except MIGRequestError as exc:
+        errors.append(str(exc))
     try:
         pod_cpu_memory(pod)
     except RequestError as exc:
@@ -90,7 +100,7 @@ def resources_fingerprint(pod: Mapping[str, Any] | Any) -> Hashable | None:
     """What `check_pod` reads of the pod, hashable; None when the pod is not shaped for one.
 
     That is each container's (init containers first) name, restartPolicy and
-    resources, and spec.overhead. Scalars keep their type (`50` and `"50"`
+    resources, spec.overhead, the `fgpu.io/gpu-mode` annotation and the burstable ones. Scalars keep their type (`50` and `"50"`
     differ) and mappings their order, so equal fingerprints read alike.
     """
     spec = as_pod_dict(pod).get("spec")
@@ -110,7 +120,20 @@ def resources_fingerprint(pod: Mapping[str, Any] | Any) -> Hashable | None:
             parts.append((field, _frozen(container.get("name")), _frozen(container.get("restartPolicy")),
                           _frozen(container.get("resources"))))
     parts.append(_frozen(spec.get("overhead")))
+    annotations = _annotations(pod)
+    parts.append(_frozen(annotations.get(names.GPU_MODE)))
+    # The burstable tier and its limits (apis/overcommit.py) are read by parse_pod too.
+    parts.extend(_frozen(annotations.get(key)) for key in overcommit.ANNOTATIONS)
     return tuple(parts)
+
+
+def _annotations(pod: Mapping[str, Any] | Any) -> Mapping[str, str]:
+    """The pod's annotations; none when metadata is not shaped as a Pod's (the request checks say what is wrong)."""
+    meta = as_pod_dict(pod).get("metadata")
+    found = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(found, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in found.items() if v is not None}
 
 
 def _is_zero(value: object) -> bool:

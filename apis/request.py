@@ -24,13 +24,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from apis import names
+from apis import names, overcommit
 from apis.allocation import Allocation, GPUShare
-from apis.device_request import DeviceRequest, RequestError
+from apis.container_split import SplitError, split_allocation
+from apis.device_request import ContainerRequest, DeviceRequest, RequestError
 from apis.pods import (
     ContainerKind,
     ContainerResources,
     PodShapeError,
+    as_pod_dict,
     container_resources,
     effective_requests,
     pod_overhead,
@@ -40,15 +42,6 @@ from apis.request_checks import derive_request, spread_request
 from apis.translation import KOORDINATOR_SOURCE, Term, TranslationRules, problem
 
 __all__ = ["ContainerRequest", "DeviceRequest", "RequestError", "container_requests", "parse_pod", "pod_cpu_memory"]
-
-
-@dataclass(frozen=True)
-class ContainerRequest:
-    """One container's own GPU request, for splitting the pod's allocation among its containers."""
-
-    name: str
-    kind: ContainerKind
-    request: DeviceRequest
 
 
 def container_requests(pod: Mapping[str, Any] | Any, *, rules: TranslationRules | None = None) -> list[ContainerRequest]:
@@ -146,6 +139,10 @@ def _read(pod: Mapping[str, Any] | Any, rules: TranslationRules | None) -> tuple
         if errors:
             raise RequestError(errors)
         return None, []
+    # The burstable tier rides on annotations (apis/overcommit.py says why).
+    request = overcommit.burst_of(_annotations(pod), request, gpu_containers=len(parts), errors=errors)
+    if errors:
+        raise RequestError(errors)
     if len(parts) == 1:
         return request, [ContainerRequest(name=parts[0].name, kind=parts[0].kind, request=request)]
     return request, _parts_of(parts, request)
@@ -189,9 +186,6 @@ def _split_problem(containers: Sequence[ContainerRequest], pod_request: DeviceRe
     percent units for a ratio (a real card's bytes round the same way or
     better), or the request's bytes.
     """
-    # apis.container_split imports ContainerRequest from this module, so it is imported here.
-    from apis.container_split import SplitError, split_allocation
-
     size = pod_request.memory_bytes or 100
     memory = size if pod_request.whole else pod_request.memory_bytes_on(size)
     ratio = pod_request.memory_ratio_percent or 100
@@ -229,6 +223,14 @@ def _containers(pod: Mapping[str, Any] | Any) -> list[ContainerResources]:
         return container_resources(pod)
     except PodShapeError as exc:
         raise RequestError([f"{exc}; write the pod as Kubernetes does (see examples/pods/)"]) from exc
+
+
+def _annotations(pod: Mapping[str, Any] | Any) -> Mapping[str, str]:
+    meta = as_pod_dict(pod).get("metadata")
+    found = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(found, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in found.items() if v is not None}
 
 
 def _where(container: ContainerResources) -> str:

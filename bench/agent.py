@@ -42,8 +42,8 @@ from agent.cgroups import PidResolver
 from agent.checkpoint import CheckpointReader
 from agent.discovery import discover
 from agent.fakenvml import FakeNVML
+from agent.fakenvml_inventory import ProcessSpec, load_inventory
 from agent.health import HealthTracker
-from agent.inventory import ProcessSpec, load_inventory
 from agent.metrics import AgentMetrics
 from agent.nodestate import NodeState
 from agent.nvmlworker import NVMLWorker

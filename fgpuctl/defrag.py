@@ -10,8 +10,9 @@ The cluster comes from a snapshot file (nodes, placed pods and their GPUs, disru
 see scheduler_plugin/sim/snapshot.py), from a trace replay stopped at `--arrived` % (a
 simulator snapshot), or from a live cluster read as `fgpuctl inspect` reads it (the API with its
 PodDisruptionBudgets, or a running scheduler; see fgpuctl/live_snapshot.py); `--write-snapshot`
-saves what it planned on. The plan respects the budgets and the move
-budget, shows fragmentation and free whole GPUs / 8-GPU nodes before and after, and lists only
+saves what it planned on. The moves come from the planner fgpu-descheduler and the churn
+replay use (scheduler_plugin/core/defrag_planner.py, docs/defrag.md), one spot at a time. The plan
+respects the budgets and the move budget, shows fragmentation and free whole GPUs / 8-GPU nodes before and after, and lists only
 moves the scheduler core itself would place (GPU model, CPU/memory, the moved pod's node selector
 and required node affinity against the node labels). A node short of CPU or memory for the
 pending shape is cleared too, CPU-only pods included.

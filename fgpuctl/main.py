@@ -18,7 +18,11 @@ VERBS: dict[str, tuple[str, str]] = {
     "inspect": ("fgpuctl.inspect", "per node and GPU: model, health, allocated/total, pods"),
     "simulate": ("fgpuctl.simulate", "replay a production trace through the scheduler core"),
     "defrag-plan": ("fgpuctl.defrag", "propose pod moves that free whole GPUs for a pending shape"),
+    "trace-variant": ("fgpuctl.trace_variant", "make a workload from a trace along the published variants' axes"),
     "keys": ("fgpuctl.keys", "make, inspect and rotate the keys that sign GPU allocations"),
+    "top": ("fgpuctl.top", "per pod and GPU: GPU memory in use (the agents' metrics) beside the allocation"),
+    "ui": ("fgpuctl.ui", "serve a read-only web view of the cluster's GPUs (page /, data /cluster.json)"),
+    "mig": ("fgpuctl.mig", "ask a cordoned node to switch an idle GPU into or out of MIG mode"),
 }
 
 

@@ -7,6 +7,13 @@ Follows the replay protocol of the Alibaba trace (cluster-trace-gpu-v2023): see 
 `--json` prints, per policy,
 `{"policy", "seeds", "alloc_at_100", "alloc_at_100_by_seed", "frag_at_100", "curve"}`
 (one object for one policy, a list for several).
+
+    fgpuctl simulate --churn [--defrag MOVES_PER_100_ARRIVALS] [--load-factor F] [--cluster-fraction C] ...
+
+replays with time (scheduler_plugin/sim/churn.py, docs/defrag.md): the same keys (the arrive-only
+headlines null, `curve` = allocation % over hours) plus `pending_gpu_hours`,
+`fragmented_pending_gpu_hours`, `moves`, `arrivals`, `mean_allocation`, waiting times and `samples`.
+Seeds default to 42 only (a churn run is deterministic but for node-order ties).
 """
 
 from __future__ import annotations
@@ -16,15 +23,17 @@ import json
 import sys
 from typing import Any
 
+from fgpuctl import simulate_overcommit as overcommit_args
+
 DEFAULT_SEEDS = list(range(42, 52))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nodes", required=True, help="node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
-    parser.add_argument("--pods", required=True, help="pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...])")
+    # Required unless --overcommit (checked in run): that model needs no trace.
+    parser.add_argument("--nodes", help="node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
+    parser.add_argument("--pods", help="pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...])")
     parser.add_argument(
         "--policy",
-        required=True,
         action="append",
         help="scoring policy, repeat or comma-separate to compare several (a wrong name lists the registered ones)",
     )
@@ -45,6 +54,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="don't give fgd/fgpu the trace's typical pod shapes; they learn them from the pods as they arrive, "
         "as the live scheduler does",
     )
+    churn = parser.add_argument_group("churn replay (pods arrive at creation_time and leave at deletion_time)")
+    churn.add_argument("--churn", action="store_true", help="replay with time and departures (see docs/defrag.md)")
+    churn.add_argument(
+        "--defrag",
+        type=float,
+        default=None,
+        metavar="MOVES_PER_100_ARRIVALS",
+        help="defragment with at most this many pod moves per 100 arrivals (default: no defragmentation)",
+    )
+    churn.add_argument(
+        "--load-factor", type=float, default=1.0, help="compress inter-arrival times by this factor (default 1: the trace's pace)"
+    )
+    churn.add_argument(
+        "--cluster-fraction",
+        type=float,
+        default=1.0,
+        help="replay on this share of the GPU nodes, same model and size mix (default 1: all)",
+    )
+    overcommit_args.add_to(parser)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--plot", metavar="PNG", help="draw allocation against arrived workload (needs matplotlib)")
 
@@ -63,6 +91,13 @@ def _params(raw: list[str]) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.overcommit is not None:
+        return overcommit_args.run(args)
+    missing = [f"--{name}" for name in ("nodes", "pods", "policy") if not getattr(args, name)]
+    if missing:
+        print(f"fgpuctl simulate: {', '.join(missing)} required (or --overcommit RATIO for the overcommit model)",
+              file=sys.stderr)
+        return 2
     from scheduler_plugin.core.policies import UnknownPolicyError, policy_names, policy_spec
     from scheduler_plugin.sim.records import curve
     from scheduler_plugin.sim.replay import RunResult, replay
@@ -78,6 +113,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"fgpuctl simulate: --tune {args.tune} is negative; give a ratio such as 1.3, or 0 to replay as is", file=sys.stderr)
         return 2
     seeds: list[int] = args.seed or DEFAULT_SEEDS
+    if args.churn:
+        return _churn(args, policies, args.seed or DEFAULT_SEEDS[:1])
+    if args.defrag is not None:
+        print("fgpuctl simulate: --defrag needs --churn (pods must leave for moves to matter)", file=sys.stderr)
+        return 2
     try:
         params = _params(args.param)
         nodes = read_nodes(args.nodes)
@@ -141,4 +181,79 @@ def run(args: argparse.Namespace) -> int:
         except PlotUnavailableError as error:
             print(f"fgpuctl simulate: {error}", file=sys.stderr)
             return 2
+    return 0
+
+
+def _churn(args: argparse.Namespace, policies: list[str], seeds: list[int]) -> int:
+    from dataclasses import asdict
+
+    from scheduler_plugin.sim.churn import (
+        ChurnResult,
+        ChurnSettings,
+        churn_replay,
+        read_lifetimes,
+        scale_cluster,
+        timed_pods,
+    )
+    from scheduler_plugin.sim.trace import TraceError, read_nodes, read_pods
+
+    if args.defrag is not None and args.defrag < 0:
+        print(f"fgpuctl simulate: --defrag {args.defrag}: give 0 or more moves per 100 arrivals", file=sys.stderr)
+        return 2
+    try:
+        nodes = scale_cluster(read_nodes(args.nodes), args.cluster_fraction)
+        pods = timed_pods(read_pods(args.pods), read_lifetimes(args.pods), load_factor=args.load_factor)
+    except (TraceError, ValueError) as error:
+        print(f"fgpuctl simulate: {error}", file=sys.stderr)
+        return 2
+    reports: list[dict[str, Any]] = []
+    for policy in policies:
+        results: list[ChurnResult] = []
+        for seed in seeds:
+            settings = ChurnSettings(policy=policy, seed=seed, load_factor=args.load_factor, defrag_per_100=args.defrag)
+            result = churn_replay(nodes=nodes, pods=pods, settings=settings)
+            results.append(result)
+            if not args.json:
+                print(
+                    f"{policy:>8} seed {seed}: pending {result.pending_gpu_hours:.1f} GPU-h "
+                    f"({result.fragmented_pending_gpu_hours:.1f} of it fragmentation), mean alloc "
+                    f"{result.mean_allocation:.2f}%, {result.gpu_pods_waited} GPU pods waited (p95 "
+                    f"{result.p95_wait_h * 60:.1f} min), {result.moves} moves ({result.seconds:.1f}s)",
+                    flush=True,
+                )
+        first = results[0]
+        count = len(results)
+        report: dict[str, Any] = {
+            "policy": policy,
+            "seeds": seeds,
+            "alloc_at_100": None,
+            "alloc_at_100_by_seed": [],
+            "frag_at_100": None,
+            "curve": [[s.hours, s.alloc_pct] for s in first.samples],
+            "churn": True,
+            "load_factor": args.load_factor,
+            "cluster_fraction": args.cluster_fraction,
+            "defrag": args.defrag,
+            "arrivals": first.arrivals,
+            "gpu_arrivals": first.gpu_arrivals,
+            "never_fit": first.never_fit,
+            "pending_gpu_hours": round(sum(r.pending_gpu_hours for r in results) / count, 3),
+            "fragmented_pending_gpu_hours": round(sum(r.fragmented_pending_gpu_hours for r in results) / count, 3),
+            "mean_allocation": round(sum(r.mean_allocation for r in results) / count, 3),
+            "mean_frag": round(sum(r.mean_frag for r in results) / count, 3),
+            "moves": round(sum(r.moves for r in results) / count, 2),
+            "moves_per_100_arrivals": round(sum(r.moves_per_100_arrivals for r in results) / count, 4),
+            "gpu_pods_waited": round(sum(r.gpu_pods_waited for r in results) / count, 1),
+            "mean_wait_h": round(sum(r.mean_wait_h for r in results) / count, 4),
+            "p95_wait_h": round(sum(r.p95_wait_h for r in results) / count, 4),
+            "max_wait_h": max(r.max_wait_h for r in results),
+            "aborted": [dict(r.aborted) for r in results],
+            "by_seed": [
+                {k: v for k, v in asdict(r).items() if k not in ("samples", "aborted")} for r in results
+            ],
+            "samples": [asdict(s) for s in first.samples],
+        }
+        reports.append(report)
+    if args.json:
+        print(json.dumps(reports[0] if len(reports) == 1 else reports))
     return 0

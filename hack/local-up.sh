@@ -6,6 +6,7 @@
 #   hack/local-up.sh            # run the demo, print the table, stop everything
 #   hack/local-up.sh --keep     # leave it running; prints grpcurl/fgpuctl commands
 #   hack/local-up.sh --down     # stop what --keep left running
+#   hack/local-up.sh --descheduler KUBECONFIG   # also fgpu-descheduler, dry-run (off by default)
 #   hack/local-up.sh --help     # the other options (work dir, inventory, isolation, --json)
 #
 # Needs root (containerd, runc). Installs what is missing: containerd, runc
@@ -43,7 +44,7 @@ fi
 # The venv: created and filled once; later runs only check that it imports.
 py=.venv/bin/python
 ready() {
-  for tool in python fgpu-agent fgpu-scheduler fgpu-runtime-proxy fgpuctl; do
+  for tool in python fgpu-agent fgpu-scheduler fgpu-descheduler fgpu-runtime-proxy fgpuctl; do
     [ -x ".venv/bin/$tool" ] || return 1
   done
   "$py" -c 'import agent, scheduler_plugin, runtimeproxy, fgpuctl, grpc, grpc_health, yaml' 2>/dev/null

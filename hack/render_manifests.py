@@ -11,6 +11,8 @@ finds nothing, so nothing here depends on a cluster. What goes where:
     hack/deploy/standalone/      mode=standalone: the scheduler's ConfigMap and Deployment
     hack/deploy/templates/       signingKeys.source=values with no values: the GitOps key templates
     hack/deploy/webhook/         the admission webhook, with its certificate from cert-manager
+    hack/deploy/monitoring/      the Grafana dashboard ConfigMap (metrics.grafanaDashboard.enabled)
+    hack/deploy/descheduler/     fgpu-descheduler (descheduler.enabled, dry-run as the chart defaults)
     hack/deploy/crds/device.yaml the chart's crds/device.yaml
 
 Each file is one chart template (the key templates split by kind), under a header naming it.
@@ -32,7 +34,7 @@ DEPLOY = REPO / "hack" / "deploy"
 RELEASE = "fgpu"
 NAMESPACE = "fgpu-system"
 #: The directories under hack/deploy/ that are rendered; anything else there (image/, scripts) is not.
-MANAGED_DIRS = ("", "standalone", "templates", "webhook", "crds")
+MANAGED_DIRS = ("", "standalone", "templates", "webhook", "monitoring", "descheduler", "crds")
 
 #: What `kubectl apply -f hack/deploy/` installs: the namespace too, and neither keys (the
 #: operator makes them, docs/deploy.md) nor the webhook (its own directory).
@@ -76,6 +78,8 @@ def outputs() -> list[Output]:
     standalone = _merged(BASE_VALUES, {"mode": "standalone"})
     keys = _merged(BASE_VALUES, {"signingKeys": {"source": "values"}})
     webhook = _merged(BASE_VALUES, {"webhook": {"enabled": True, "tls": {"source": "certManager"}}})
+    monitoring = _merged(BASE_VALUES, {"metrics": {"grafanaDashboard": {"enabled": True}}})
+    descheduler = _merged(BASE_VALUES, {"descheduler": {"enabled": True}})
     return [
         *base,
         Output(path="standalone/20-scheduler-config.yaml", template="20-scheduler-config.yaml", values=standalone),
@@ -84,6 +88,8 @@ def outputs() -> list[Output]:
         Output(path="templates/verifying-keys-configmap.yaml", template="signing-keys.yaml", values=keys, kind="ConfigMap"),
         Output(path="webhook/50-webhook.yaml", template="50-webhook.yaml", values=webhook),
         Output(path="webhook/50-webhook-configurations.yaml", template="50-webhook-configurations.yaml", values=webhook),
+        Output(path="monitoring/60-grafana-dashboard.yaml", template="60-grafana-dashboard.yaml", values=monitoring),
+        Output(path="descheduler/55-descheduler.yaml", template="55-descheduler.yaml", values=descheduler),
     ]
 
 

@@ -212,6 +212,28 @@ class Kube:
         """policy/v1 PodDisruptionBudgets of all namespaces (read by `fgpuctl defrag-plan`)."""
         return _listing(self._call(self._policy.list_pod_disruption_budget_for_all_namespaces))
 
+    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False, grace: int | None = None) -> None:
+        """POST pods/<name>/eviction (policy/v1): the API server enforces PodDisruptionBudgets.
+
+        A budget that forbids it answers 429 (`KubeAPIError.status`), a pod already gone 404.
+        `dry_run`: the server checks everything and deletes nothing; `grace`: the pod's
+        termination grace period in seconds (None: the pod's own).
+        """
+        body: JSON = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        options: JSON = {}
+        if dry_run:
+            options["dryRun"] = ["All"]
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
+        if options:
+            body["deleteOptions"] = options
+        self._call(self._core.create_namespaced_pod_eviction, name=name, namespace=namespace, body=body)
+
+    # --- namespaces ----------------------------------------------------------
+
+    def list_namespaces(self) -> Listing:
+        return _listing(self._call(self._core.list_namespace))
+
     # --- events and leases ---------------------------------------------------
 
     def create_event(self, namespace: str, body: JSON) -> None:

@@ -7,7 +7,7 @@ leader-failover test, the benchmark) never collide on metric names.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from time import perf_counter
 
@@ -86,6 +86,22 @@ class Metrics:
             registry=self.registry,
         )
         self.leader = Gauge("fgpu_scheduler_is_leader", "1 while this instance leads.", registry=self.registry)
+        self.gpu_fragmentation = Gauge(
+            "fgpu_scheduler_gpu_fragmentation_milli",
+            "FGD's fragmentation of idle GPU capacity per model (milli-GPU; 1000 = one GPU), against the shapes placed now.",
+            ["model"],
+            registry=self.registry,
+        )
+        self.pending_gpu_pods = Gauge(
+            "fgpu_scheduler_pending_gpu_pods",
+            "GPU pods addressed to fgpu-scheduler and not bound.",
+            registry=self.registry,
+        )
+        self.oldest_pending_gpu_pod = Gauge(
+            "fgpu_scheduler_oldest_pending_gpu_pod_seconds",
+            "How long the oldest pending GPU pod has existed (seconds since its creationTimestamp); 0 when none waits.",
+            registry=self.registry,
+        )
         self.unverified_allocations = Gauge(
             "fgpu_scheduler_unverified_allocations",
             "Bound pods whose allocation annotation does not verify, now; each is counted by the conservative "
@@ -132,6 +148,11 @@ class Metrics:
                 self.gpu_memory_allocated.labels(node=view.name, model=model).set(mem)
                 self.gpu_core_capacity.labels(node=view.name, model=model).set(core_cap)
                 self.gpu_memory_capacity.labels(node=view.name, model=model).set(mem_cap)
+
+    def set_fragmentation(self, by_model: Mapping[str, float]) -> None:
+        self.gpu_fragmentation.clear()
+        for model, milli in by_model.items():
+            self.gpu_fragmentation.labels(model=model).set(milli)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

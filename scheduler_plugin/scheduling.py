@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -39,7 +40,7 @@ from apis.devices import NodeDevices
 from apis.request import RequestError
 from apis.signing import SchedulerKeys, allocation_annotations, verify_pod_annotations
 from apis.translation import TranslationRules
-from scheduler_plugin import boundpods, pods
+from scheduler_plugin import boundpods, cluster_gauges, pods
 from scheduler_plugin.allocation_split import with_containers
 from scheduler_plugin.backend import Backend, Snapshot
 from scheduler_plugin.core.api import (
@@ -128,6 +129,10 @@ class SchedulingService:
         self._gpus: dict[str, frozenset[str]] = {}
         #: where pending pods addressed to us go (the standalone loop's queue)
         self.pending: PendingSink | None = None
+        #: GPU pods waiting for fgpu, in either mode, for the pending gauges
+        self._pending_gpu = cluster_gauges.PendingGPUPods()
+        self.metrics.pending_gpu_pods.set_function(lambda: self._pending_gpu.count())
+        self.metrics.oldest_pending_gpu_pod.set_function(lambda: self._pending_gpu.oldest_age_s(time.time()))
         #: orphan lines reported since start (also logged and counted)
         self.orphans: list[str] = []
         self._reported: set[str] = set()
@@ -330,10 +335,12 @@ class SchedulingService:
         with self._lock:
             expired = self._core.expire_assumed()
             views = self._core.node_views(None) if refresh_gauges else []
+            fragmentation = cluster_gauges.fragmentation_by_model(self._core, views) if refresh_gauges else {}
         for uid in expired:
             log.warning("reservation of pod %s expired: bind never came", uid)
         if refresh_gauges:
             self.metrics.set_allocation(views)
+            self.metrics.set_fragmentation(fragmentation)
         return expired
 
     # --- state feed (StateSink) --------------------------------------------------------
@@ -397,6 +404,8 @@ class SchedulingService:
             self._core.remove_node(node)
 
     def on_pod(self, pod: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._pending_gpu.observe(pod, rules=self._rules(), now=time.time())
         if pods.holds_resources(pod):
             if self.pending is not None:
                 self.pending.discard(pods.uid(pod))
@@ -415,6 +424,7 @@ class SchedulingService:
     def on_pod_removed(self, pod: Mapping[str, Any]) -> None:
         uid = pods.uid(pod)
         with self._lock:
+            self._pending_gpu.forget(uid)
             held = self._core.allocation_of(uid) is not None
             self._bound.pop(uid, None)
             self._unsettled.discard(uid)

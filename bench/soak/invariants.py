@@ -111,26 +111,56 @@ def check_containers(
     return out
 
 
-def fits(pod: Mapping[str, Any], free: Mapping[str, Mapping[str, tuple[int, int]]]) -> bool:
-    """Whether a pending pod's GPU request fits the free (core %, memory-ratio %) per node and GPU."""
+def gpu_request(pod: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(GPUs, core % per GPU, memory-ratio % per GPU) the pod's app containers ask for; (0, 0, 0) for none."""
     limits: dict[str, Any] = {}
     for c in (pod.get("spec") or {}).get("containers") or []:
         limits.update((c.get("resources") or {}).get("limits") or {})
     whole = int(limits.get(adapter.NVIDIA_GPU, 0) or 0)
-    share = int(limits.get(adapter.GPU_CORE, 0) or 0)
-    for gpus in free.values():
-        if whole and sum(1 for core, ratio in gpus.values() if core >= 100 and ratio >= 100) >= whole:
-            return True
-        if share and any(core >= share and ratio >= share for core, ratio in gpus.values()):
-            return True
-        if not whole and not share:
-            return True
-    return False
+    if whole:
+        return whole, 100, 100
+    core = int(limits.get(adapter.GPU_CORE, 0) or 0)
+    ratio = int(limits.get(adapter.GPU_MEMORY_RATIO, 0) or 0)
+    return (1, core, ratio or core) if core or ratio else (0, 0, 0)
+
+
+def fits(pod: Mapping[str, Any], free: Mapping[str, Mapping[str, tuple[int, int]]]) -> bool:
+    """Whether a pending pod's GPU request fits the free (core %, memory-ratio %) per node and GPU."""
+    gpus, core, ratio = gpu_request(pod)
+    if not gpus:
+        return True
+    return any(sum(1 for c, r in node.values() if c >= core and r >= ratio) >= gpus for node in free.values())
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A bound pod whose allocation does not verify (forged, replayed, edited): fgpu-scheduler by design still
+    counts its *request* (or its last verified allocation, which is that request) on the GPUs its annotation
+    names, at most one entry per GPU and as many GPUs as it asks for, each cut to what verified pods leave free
+    (scheduler_plugin/boundpods.py). The pod runs there, so that capacity is not free."""
+
+    node: str
+    uuids: tuple[str, ...]
+    gpus: int
+    core: int
+    ratio: int
+
+
+def claim_of(node: str, pod: Mapping[str, Any]) -> Claim | None:
+    """The claim of a bound pod whose allocation does not verify; None when it asks for no GPU."""
+    gpus, core, ratio = gpu_request(pod)
+    named = adapter.allocation_shares((pod.get("metadata") or {}).get("annotations") or {}) or ()
+    if not gpus or not named:
+        return None
+    return Claim(node=node, uuids=tuple(dict.fromkeys(s.uuid for s in named)), gpus=gpus, core=core, ratio=ratio)
 
 
 def free_capacity(
     bound: Iterable[tuple[str, Sequence[adapter.Share]]], gpus: Mapping[str, Sequence[GPU]], lost: set[tuple[str, str]],
+    claims: Iterable[Claim] = (),
 ) -> dict[str, dict[str, tuple[int, int]]]:
+    """Free (core %, memory-ratio %) per node and healthy GPU: verified allocations first, then the claims
+    of pods whose allocation does not verify, each cut to what is left, as the scheduler counts them."""
     free = {node: {g.uuid: (100, 100) for g in gs if (node, g.uuid) not in lost} for node, gs in gpus.items()}
     memory = {(node, g.uuid): g.memory_bytes for node, gs in gpus.items() for g in gs}
     for node, shares in bound:
@@ -139,6 +169,11 @@ def free_capacity(
                 core, ratio = free[node][s.uuid]
                 used_ratio = -(-s.memory_bytes * 100 // max(memory.get((node, s.uuid), 1), 1))
                 free[node][s.uuid] = (core - s.core_percent, ratio - used_ratio)
+    for claim in claims:
+        node_free = free.get(claim.node, {})
+        for uuid in [u for u in claim.uuids if u in node_free][:claim.gpus]:
+            core, ratio = node_free[uuid]
+            node_free[uuid] = (core - min(claim.core, max(core, 0)), ratio - min(claim.ratio, max(ratio, 0)))
     return free
 
 

@@ -11,9 +11,14 @@ through that node's fgpu-runtime-proxy, as kubelet would.
   container restarts: the way an edited allocation would reach the node.
 - A terminating pod: containers and sandbox stopped and removed, then the
   deletion confirmed (DELETE, grace 0, uid precondition), as kubelet confirms.
+- Sandboxes are found by pod UID, as kubelet finds them (`sandboxes.py`): a
+  RunPodSandbox whose answer was lost may have made one. Killing a pod removes
+  every sandbox with its UID; a new try at a pod's sandbox first removes any
+  earlier one; and every `GC_EVERY_S` sandboxes of pods neither in the API nor
+  tracked are removed (kubelet's garbage collection).
 
 Ownership: the driver labels its sandboxes `fgpu.soak/node=<node>` and only ever
-touches the sandboxes it created (see stack.py on sharing one containerd).
+touches sandboxes with that label (see stack.py on sharing one containerd).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bench.soak import sandboxes
 from bench.soak.kubeclient import ALL_PODS, PODS, ApiError, Client
 from bench.soak.stack import Node
 from hack.localup import cri, podrun
@@ -33,6 +39,9 @@ from hack.localup.report import ContainerOutcome, ContainerState
 
 NODE_LABEL = "fgpu.soak/node"
 RETRY_S = 1.0
+#: How often sandboxes of pods that are gone are looked for (kubelet's GC runs every minute).
+GC_EVERY_S = 10.0
+_GC = "<gc>"
 
 
 @dataclass
@@ -45,6 +54,8 @@ class Tracked:
     annotations: dict[str, str] = field(default_factory=dict)
     last_error: str = ""
     removing: bool = False
+    #: a RunPodSandbox was sent for this pod: a sandbox may exist even when no answer came
+    sandbox_asked: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,10 @@ class NodeDriver:
         self.node = node
         self._client = Client(api_url, timeout_s=5.0)
         self._kubelet = cri.Kubelet(f"unix://{node.proxy_sock}", timeout_s=20.0)
+        self._lister = sandboxes.SandboxLister(f"unix://{node.proxy_sock}")
+        self._next_gc = time.monotonic() + GC_EVERY_S
+        #: sandboxes removed that no tracked pod knew of (answers lost, pods gone): kubelet's GC finds these
+        self.strays_removed = 0
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kubelet-{node.name}")
         self._lock = threading.Lock()
         self._tracked: dict[str, Tracked] = {}
@@ -81,6 +96,7 @@ class NodeDriver:
         self._thread.join(5)
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._kubelet.close()
+        self._lister.close()
 
     # --- what the invariants read ------------------------------------------------------------
     def running_containers(self) -> list[SeenContainer]:
@@ -132,6 +148,28 @@ class NodeDriver:
                     self._busy.add(uid)
             for uid in gone:
                 self._pool.submit(self._do, uid, self._forget)
+            if now >= self._next_gc:
+                with self._lock:
+                    start_gc = _GC not in self._busy
+                    self._busy.add(_GC)
+                if start_gc:
+                    self._next_gc = now + GC_EVERY_S
+                    self._pool.submit(self._collect, present)
+
+    def _collect(self, present: set[str]) -> None:
+        """Removes this node's sandboxes whose pod is neither in the API nor tracked (kubelet's GC)."""
+        try:
+            for sandbox in self._lister.list({NODE_LABEL: self.node.name}):
+                with self._lock:
+                    known = sandbox.pod_uid in present or sandbox.pod_uid in self._tracked
+                if not known:
+                    self.strays_removed += sandboxes.remove_all(
+                        self._kubelet, self._lister, {NODE_LABEL: self.node.name, cri.POD_UID_LABEL: sandbox.pod_uid})
+        except cri.CRIError as exc:
+            self.errors.append(f"sandbox GC: {exc}")
+        finally:
+            with self._lock:
+                self._busy.discard(_GC)
 
     def _next_action(self, t: Tracked, now: float) -> Callable[[Tracked], None] | None:
         meta = t.pod["metadata"]
@@ -172,6 +210,12 @@ class NodeDriver:
         labeled = {**pod, "metadata": {**pod["metadata"],
                                        "labels": {**(pod["metadata"].get("labels") or {}), NODE_LABEL: self.node.name}}}
         t.annotations = annotations
+        if t.sandbox_asked:
+            # An earlier RunPodSandbox got no answer but may have made a sandbox; it holds the name
+            # (the runtime refuses a second one) and would outlive the pod. kubelet would not reuse a
+            # sandbox it cannot account for either: it is removed, then made again.
+            self.strays_removed += self._remove_sandboxes(t)
+        t.sandbox_asked = True
         t.run = podrun.start(self._kubelet, labeled, annotations=annotations, node=self.node.name,
                              pods_dir=self.node.pods_dir)
         self._run(t)
@@ -234,6 +278,8 @@ class NodeDriver:
             # unguarded makes a containerd that was down mean "try again", not a leak.
             if t.run.sandbox_id:
                 self._kubelet.remove_pod_sandbox(t.run.sandbox_id)
+        if t.sandbox_asked:
+            self.strays_removed += self._remove_sandboxes(t)  # by UID, as kubelet's killPod finds them
         meta = t.pod["metadata"]
         self._client.delete(f"{PODS.format(ns=meta['namespace'])}/{meta['name']}", grace_s=0, uid=meta["uid"])
         with self._lock:
@@ -247,6 +293,15 @@ class NodeDriver:
             podrun.remove(self._kubelet, t.run)
             if t.run.sandbox_id:
                 self._kubelet.remove_pod_sandbox(t.run.sandbox_id)
+        if t.sandbox_asked:
+            self.strays_removed += self._remove_sandboxes(t)
         with self._lock:
             self._tracked.pop(t.pod["metadata"]["uid"], None)
         self.removed += 1
+
+    def _remove_sandboxes(self, t: Tracked) -> int:
+        """Every sandbox of this pod on this node, found by its UID label, stopped and removed. Called
+        when the driver holds none of them (`_start`) or has removed the one it holds (kill): each one
+        found is one the driver had no handle on."""
+        labels = {NODE_LABEL: self.node.name, cri.POD_UID_LABEL: str(t.pod["metadata"]["uid"])}
+        return sandboxes.remove_all(self._kubelet, self._lister, labels)

@@ -376,9 +376,26 @@ class Soak:
             self.violation({"invariant": "eventually-running",
                             "detail": f"{len(waiting)} pod(s) that fit are not bound and running "
                                       f"{self.o.recover_timeout_s:.0f}s after the faults stopped",
-                            "pods": waiting[:20]})
+                            "pods": waiting[:20], "scheduler_said": self._last_events(waiting[:20])})
         self._check_scheduler_counts()
         return {"recovered": waiting == [], "time_to_recover_s": round(took, 1)}
+
+    def _last_events(self, waiting: list[str]) -> dict[str, str]:
+        """The newest Event message of each waiting pod (FailedScheduling says what the leader saw): context
+        to tell a scheduler that cannot place a pod from one that never tried."""
+        assert self.client is not None
+        wanted = {w.split(" ", 1)[0] for w in waiting}
+        try:
+            events = self.client.list(f"/api/v1/namespaces/{workload.NAMESPACE}/events")
+        except ApiError as exc:
+            return {"": f"events unreadable: {exc}"}
+        newest: dict[str, tuple[str, str]] = {}
+        for e in events:
+            name = str((e.get("involvedObject") or {}).get("name") or "")
+            stamp = str(e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp") or "")
+            if name in wanted and stamp >= newest.get(name, ("", ""))[0]:
+                newest[name] = (stamp, f"{stamp} {e.get('reason', '')}: {str(e.get('message', ''))[:300]}")
+        return {name: newest[name][1] if name in newest else "no Event" for name in sorted(wanted)}
 
     def _not_yet_running(self) -> list[str] | None:
         assert self.client is not None
@@ -387,13 +404,17 @@ class Soak:
         except ApiError:
             return None
         bound = []
+        claims = []
         for pod in pods:
             node = (pod.get("spec") or {}).get("nodeName")
             if node:
                 shares = self.verify(pod["metadata"]["uid"], node, pod["metadata"].get("annotations") or {})
                 bound.append((node, shares or ()))
+                claim = None if shares else invariants.claim_of(node, pod)
+                if claim is not None:
+                    claims.append(claim)
         lost = set(self.injector.lost) if self.injector else set()
-        free = invariants.free_capacity(bound, self._gpus(), lost)
+        free = invariants.free_capacity(bound, self._gpus(), lost, claims)
         tracked = {uid: t for d in self.drivers for uid, t in d.pods().items()}
         waiting = []
         for pod in pods:
@@ -472,6 +493,8 @@ class Soak:
         leaks: dict[str, Any] = {"pods_left": len(self.client.list(ALL_PODS))}
         containers = self.stack.containerd.ctr("containers", "ls", "-q", check=False).split()
         leaks["containerd_containers_left"] = len(containers)
+        # Found by UID with no handle on them (a RunPodSandbox whose answer was lost): kubelet's GC does this too.
+        leaks["stray_sandboxes_removed"] = sum(d.strays_removed for d in self.drivers)
         for node in self.stack.nodes:
             admitted = -1.0
             for _ in range(30):  # the agent's sweep may take its period

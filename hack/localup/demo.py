@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 import yaml
 
+from agent.isolation import registry as isolation_registry
 from apis import names
 from apis.request import RequestError, parse_pod
 from hack.localup import cri, podrun, report
@@ -45,8 +46,16 @@ def build_parser(repo: str) -> argparse.ArgumentParser:
         default=os.path.join(repo, "examples", "inventories", "h100-8x-nvlink.yaml"),
         help="fake GPU inventory for the agent",
     )
-    p.add_argument("--isolation", default="hami-core", choices=["hami-core", "mps", "none"])
+    p.add_argument(
+        "--isolation", default=names.ISOLATION_HAMI_CORE, choices=isolation_registry.backend_names(),
+        help="the agent's isolation backend (default %(default)s)",
+    )
     p.add_argument("--json", metavar="FILE", help="also write the outcome of every pod as JSON")
+    p.add_argument(
+        "--descheduler", metavar="KUBECONFIG", default="",
+        help="also run fgpu-descheduler (dry-run) against this cluster's API; off by default "
+        "(the stack has no API server: `python -m tests.kubeapi` serves one, docs/defrag.md)",
+    )
     return p
 
 
@@ -174,7 +183,10 @@ def main(argv: list[str] | None = None, *, out: Callable[[str], None] = _print) 
     signal.signal(signal.SIGHUP, _raise_interrupt)
     started = time.monotonic()
     teardown(workdir)  # whatever an earlier run left behind
-    stack = Stack(Paths(workdir), Settings(repo=repo, inventory=os.path.abspath(args.inventory), isolation=args.isolation))
+    stack = Stack(Paths(workdir), Settings(
+        repo=repo, inventory=os.path.abspath(args.inventory), isolation=args.isolation,
+        descheduler_kubeconfig=os.path.abspath(args.descheduler) if args.descheduler else "",
+    ))
     keep_running = False
     keep_logs = True  # until the run ends well or is interrupted on purpose
     try:

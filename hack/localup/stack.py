@@ -26,6 +26,8 @@ import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agent.isolation import registry as isolation_registry
+from apis import names
 from apis.fgpu.v1 import scheduler_pb2, scheduler_pb2_grpc
 from apis.keyfiles import private_pem, public_pem
 from apis.signing import SigningKey
@@ -111,8 +113,11 @@ class Settings:
 
     repo: str
     inventory: str
-    isolation: str = "hami-core"
+    #: an isolation backend the agent registers (agent/isolation/)
+    isolation: str = names.ISOLATION_HAMI_CORE
     bin_dir: str = ""  # where the console scripts are; default: beside this Python
+    #: run fgpu-descheduler (dry-run) against the API this kubeconfig names; "" = not at all
+    descheduler_kubeconfig: str = ""
 
     def command(self, name: str) -> str:
         directory = self.bin_dir or os.path.dirname(sys.executable)
@@ -284,6 +289,21 @@ class Stack:
             ],
         )
         proxy.wait_until(lambda: grpc_serving(self.proxy_admin_address), what="admin health SERVING")
+        if self.settings.descheduler_kubeconfig:
+            self._start_descheduler(on_step)
+
+    def _start_descheduler(self, on_step: Callable[[str], None]) -> None:
+        """fgpu-descheduler in dry-run against a Kubernetes API: the stack has none of its own (the
+        scheduler keeps its state in SQLite), so the kubeconfig names one (`python -m tests.kubeapi`,
+        a kind cluster). Copied under the work directory, so `--down` finds the process by its flags."""
+        kubeconfig = self.paths.at("descheduler.kubeconfig")
+        shutil.copyfile(self.settings.descheduler_kubeconfig, kubeconfig)
+        on_step(f"fgpu-descheduler: dry-run, against {self.settings.descheduler_kubeconfig}")
+        descheduler = self._daemon(
+            "fgpu-descheduler",
+            ["--kubeconfig", kubeconfig, "--interval", "10", "--pending-seconds", "30", "--metrics-port", "0"],
+        )
+        descheduler.wait_until(lambda: "started (" in descheduler.log_tail(), what="its first log line")
 
     # --- the agent alone, for tests of a node whose agent restarts or is down -----------------
     @property
@@ -357,22 +377,25 @@ class Stack:
         return daemon
 
     def _agent_config(self) -> str:
-        """The agent's config file: HAMi paths inside the work directory, so nothing lands in /usr."""
+        """The agent's config file: every isolation backend's host paths inside the work directory,
+        laid out as on a node (`/usr/local/vgpu/libvgpu.so` -> `<workdir>/usr/local/vgpu/libvgpu.so`),
+        so nothing lands in /usr. The backends come from the agent's registry."""
         p = self.paths
-        vgpu = p.at("vgpu")
-        for d in (vgpu, p.at("mps")):
-            os.makedirs(d, exist_ok=True)
-        # Stand-ins for HAMi-core: the busybox images are static, so nothing is preloaded.
-        for name in ("libvgpu.so", "ld.so.preload"):
-            open(os.path.join(vgpu, name), "a").close()
+        isolation_paths: dict[str, str] = {}
+        for key in isolation_registry.path_keys():
+            if not key.on_host:
+                continue
+            path = p.at(key.default.lstrip("/"))
+            isolation_paths[key.key] = path
+            if key.is_file:
+                # Stand-ins (HAMi-core's library and preload file): the busybox images are static,
+                # so nothing is preloaded.
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                open(path, "a").close()
+            else:
+                os.makedirs(path, exist_ok=True)
         config = {
-            "isolationPaths": {
-                "hamiLibrary": os.path.join(vgpu, "libvgpu.so"),
-                "hamiPreload": os.path.join(vgpu, "ld.so.preload"),
-                "hamiCacheRoot": p.at("hami-cache"),
-                "hamiLockDir": p.at("vgpulock"),
-                "mpsPipeDir": p.at("mps"),
-            },
+            "isolationPaths": isolation_paths,
             "checkpointPath": p.at("kubelet_internal_checkpoint"),
         }
         path = p.agent_config
@@ -454,7 +477,7 @@ def teardown(root: str, *, remove: bool = True) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-_DAEMONS = {b"containerd", b"fgpu-scheduler", b"fgpu-agent", b"fgpu-runtime-proxy"}
+_DAEMONS = {b"containerd", b"fgpu-scheduler", b"fgpu-agent", b"fgpu-runtime-proxy", b"fgpu-descheduler"}
 
 
 def _daemons_under(root: str) -> set[int]:

@@ -16,6 +16,7 @@ from typing import NewType, Protocol
 
 from apis.allocation import Allocation
 from apis.devices import GPUInfo, NodeDevices
+from apis.mig import MIGMode
 from apis.request import DeviceRequest
 from scheduler_plugin.core.noderules import NodeRules, PodNodeNeeds
 
@@ -85,6 +86,8 @@ class PodRequest:
     affinity_terms: tuple[tuple[LabelRequirement, ...], ...] = ()
     #: tolerations and host ports, checked against NodeInfo.rules (core/noderules.py)
     node_needs: PodNodeNeeds = field(default_factory=PodNodeNeeds)
+    #: the pod's `fgpu.io/gpu-mode`: MIG instances only, never MIG, or either (apis/mig.py)
+    mig_mode: MIGMode = MIGMode.ANY
 
     @property
     def key(self) -> str:

@@ -91,6 +91,8 @@ class ClusterState:
         self.has_host_ports: BoolArray = np.zeros(0, dtype=np.bool_)
         #: the node's isolation backend cannot enforce shares (FgpuIsolationReady=False)
         self.limits_unenforced: BoolArray = np.zeros(0, dtype=np.bool_)
+        #: the node pool's burstable ratio in thousandths, 0 = no burstable share (core/overcommit.py)
+        self.burst_ratio: Int64Array = np.zeros(0, dtype=np.int64)
         # GPU arrays, shape (capacity, max_gpus)
         self.gpu_present: BoolArray = np.zeros((0, max_gpus), dtype=np.bool_)
         self.gpu_healthy: BoolArray = np.zeros((0, max_gpus), dtype=np.bool_)
@@ -107,6 +109,11 @@ class ClusterState:
         self.numa_group: Int64Array = np.zeros((0, max_gpus), dtype=np.int64)
         #: memory of the largest free MIG instance on a GPU in MIG mode, else 0
         self.mig_free_max: Int64Array = np.zeros((0, max_gpus), dtype=np.int64)
+        #: per GPU: guaranteed shares' requests, burstable shares' limits (core/overcommit.py)
+        self.guaranteed_core: Int64Array = np.zeros((0, max_gpus), dtype=np.int64)
+        self.guaranteed_mem: Int64Array = np.zeros((0, max_gpus), dtype=np.int64)
+        self.burst_core: Int64Array = np.zeros((0, max_gpus), dtype=np.int64)
+        self.burst_mem: Int64Array = np.zeros((0, max_gpus), dtype=np.int64)
         self._grow(capacity=max(capacity, 1), max_gpus=max_gpus)
 
     _NODE_FIELDS = (
@@ -128,6 +135,7 @@ class ClusterState:
         "pod_count",
         "has_host_ports",
         "limits_unenforced",
+        "burst_ratio",
     )
     _GPU_FIELDS = (
         "gpu_present",
@@ -143,6 +151,10 @@ class ClusterState:
         "pcie_group",
         "numa_group",
         "mig_free_max",
+        "guaranteed_core",
+        "guaranteed_mem",
+        "burst_core",
+        "burst_mem",
     )
     _GPU_FILL = {
         "model_id": NO_GROUP,

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from apis.mig import MIGMode
+from apis.overcommit import Burst, BurstableRequest
 from scheduler_plugin.core.api import PodRequest
 from scheduler_plugin.core.fragmentation import MILLI
 
@@ -39,6 +41,10 @@ class Demand:
     host_memory_bytes: int = 0
     #: label-safe GPU models the pod may use; empty = any (what a learnt target workload records)
     model_use: frozenset[str] = frozenset()
+    #: the pod's `fgpu.io/gpu-mode` (apis/mig.py): MIG instances only, never MIG, or either
+    mig_mode: MIGMode = MIGMode.ANY
+    #: a burstable share's limits (apis/overcommit.py, core/overcommit.py); None for a guaranteed one
+    burst: Burst | None = None
 
     @property
     def wants_gpu(self) -> bool:
@@ -48,6 +54,16 @@ class Demand:
     def is_share(self) -> bool:
         """A fractional request: part of each card (the case policies choose GPUs for)."""
         return self.gpus > 0 and not self.whole
+
+    @property
+    def mig_eligible(self) -> bool:
+        """A MIG instance may serve it: a single-card share whose pod did not say `shared`."""
+        return self.gpus == 1 and not self.whole and self.mig_mode is not MIGMode.SHARED and self.burst is None
+
+    @property
+    def mig_only(self) -> bool:
+        """Only a MIG instance may serve it (`fgpu.io/gpu-mode: mig`), never a share of a regular GPU."""
+        return self.mig_mode is MIGMode.MIG and self.mig_eligible
 
     def memory_need(self, memory_total: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Bytes one card takes on GPUs of the given sizes (any array shape)."""
@@ -106,4 +122,6 @@ def demand_of(pod: PodRequest) -> Demand:
         cpu_milli=pod.cpu_milli,
         host_memory_bytes=pod.memory_bytes,
         model_use=pod.model_use,
+        mig_mode=pod.mig_mode,
+        burst=device.limit if isinstance(device, BurstableRequest) else None,
     )

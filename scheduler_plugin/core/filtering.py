@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from scheduler_plugin.core import overcommit
 from scheduler_plugin.core.api import PodRequest
 from scheduler_plugin.core.cluster import ClusterState
 from scheduler_plugin.core.demand import FULL_PERCENT, Demand
@@ -120,9 +121,17 @@ def fit(
             eligible = eligible & model_ok
         fits = eligible & (take(state.core_free) >= demand.core_percent)
         fits &= _memory_fits(demand, take(state.mem_free), take(state.mem_total))
+        if demand.burst is not None:
+            fits &= overcommit.burst_fits(
+                demand, ratio=take(state.burst_ratio), mem_total=take(state.mem_total),
+                guaranteed_core=take(state.guaranteed_core), guaranteed_mem=take(state.guaranteed_mem),
+                burst_core=take(state.burst_core), burst_mem=take(state.burst_mem),
+            )
+        if demand.mig_only:
+            fits[...] = False  # fgpu.io/gpu-mode: mig (apis/mig.py): no regular GPU serves it
     gpu_ok = np.count_nonzero(fits, axis=1) >= demand.gpus
     mig = None
-    if demand.is_share and demand.gpus == 1 and state.mig_rows:
+    if demand.mig_eligible and state.mig_rows:
         mig_free = take(state.mig_free_max)
         mig = (mig_free > 0) & _memory_fits(demand, mig_free, take(state.mem_total))
         if model_ok is not None:

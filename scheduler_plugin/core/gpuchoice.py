@@ -1,9 +1,10 @@
 """Which GPUs of the chosen node a pod gets.
 
 * Shares go where the GPU-level policy says (binpack: the GPU left fullest).
-  A single-card share that fits no regular GPU takes a free MIG instance: the
-  smallest one whose memory covers the request (the instance's own compute
-  slice replaces the requested core percent; MIG cannot split finer).
+  A single-card share that fits no regular GPU takes a MIG instance: a free one
+  whose memory covers the request, else a new one whose profile and placement
+  core/mig_placement.py chooses (the instance's own compute slices replace the
+  requested core percent; MIG cannot split finer).
 * Whole GPUs go to the best-connected free set: inside one NVLink group, else
   one PCIe root, else one NUMA node, else anywhere. Among groups that can hold
   the pod the fullest one wins, so big free groups stay whole. On boards with
@@ -19,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from apis.allocation import Allocation, GPUShare
+from scheduler_plugin.core import mig_placement, overcommit
 from scheduler_plugin.core.api import Code, SchedulingError, Status
 from scheduler_plugin.core.demand import FULL_PERCENT, Demand
 from scheduler_plugin.core.policies import Policy
@@ -48,7 +50,9 @@ def share_allocation(
             if demand.memory_ratio_percent is not None
             else _ratio(memory, gpu.memory_bytes)
         )
-        shares.append(GPUShare(gpu.minor, gpu.uuid, demand.core_percent, memory, ratio))
+        limit = overcommit.share_limit(demand.burst, gpu_memory_bytes=gpu.memory_bytes, memory_bytes=memory,
+                                       memory_ratio=ratio)
+        shares.append(GPUShare(gpu.minor, gpu.uuid, demand.core_percent, memory, ratio, limit=limit))
     return Allocation(gpus=tuple(shares))
 
 
@@ -74,24 +78,30 @@ def choose_shares(
     return chosen
 
 
+def mig_views(record: NodeRecord, eligible: Sequence[int]) -> list[mig_placement.GPUSlot]:
+    """The node's MIG GPUs among the `eligible` slots that may give an instance (healthy, fgpu's), with what is held."""
+    used = frozenset(record.used_migs())
+    allocations = [pod.allocation for pod in record.pods.values() if pod.allocation]
+    return [
+        mig_placement.GPUSlot(slot, gpu, used, mig_placement.promised_on(gpu, allocations))
+        for slot, gpu in enumerate(record.gpus)
+        if slot in eligible and gpu.mig_enabled and gpu.healthy and gpu.uuid not in record.external
+    ]
+
+
 def choose_mig(record: NodeRecord, demand: Demand, eligible: Sequence[int]) -> Allocation | None:
-    """The smallest free MIG instance (on an eligible GPU slot) that holds the request's memory."""
-    used = record.used_migs()
-    best: tuple[int, int, int, str] | None = None
-    for uuid, (slot, instance) in record.mig_by_uuid.items():
-        gpu = record.gpus[slot]
-        if slot not in eligible or uuid in used or not gpu.healthy or gpu.uuid in record.external:
-            continue
-        if instance.memory_bytes < demand.memory_need_on(gpu.memory_bytes):
-            continue
-        key = (instance.memory_bytes, slot, instance.index, uuid)
-        if best is None or key < best:
-            best = key
-    if best is None:
+    """A free MIG instance, or a new one at a chosen placement, on an eligible GPU slot (core/mig_placement.py)."""
+    views = mig_views(record, eligible)
+    choice = mig_placement.choose(views, [demand.memory_need_on(v.gpu.memory_bytes) for v in views])
+    if choice is None:
         return None
-    memory, slot, _, uuid = best
-    gpu = record.gpus[slot]
-    share = GPUShare(gpu.minor, gpu.uuid, demand.core_percent, memory, _ratio(memory, gpu.memory_bytes), uuid)
+    gpu = record.gpus[choice.slot]
+    memory = choice.memory_bytes
+    share = GPUShare(
+        gpu.minor, gpu.uuid, demand.core_percent, memory, _ratio(memory, gpu.memory_bytes), choice.uuid,
+        mig_profile="" if choice.uuid else choice.profile,
+        mig_placement=-1 if choice.uuid else choice.placement_start,
+    )
     return Allocation(gpus=(share,))
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from apis import names
 from apis.devices import model_label
+from apis.mig import MIGMode, MIGRequestError, pod_mig_mode
 from apis.pods import as_pod_dict
 from apis.request import RequestError, parse_pod, pod_cpu_memory
 from apis.translation import TranslationRules
@@ -46,10 +47,12 @@ def pod_request_from_pod(
     errors: list[str] = []
 
     device = None
+    device_ok = True
     try:
         device = parse_pod(data, rules=rules)
     except RequestError as error:
         errors.extend(error.errors)
+        device_ok = False
     cpu_milli, memory_bytes = 0, 0
     try:
         cpu_milli, memory_bytes = pod_cpu_memory(data)
@@ -69,6 +72,12 @@ def pod_request_from_pod(
         errors.append(f"spec.nodeSelector: {selector!r} must be a map of label key to value")
         selector = {}
     terms = _affinity_terms(spec, errors)
+    mig_mode = MIGMode.ANY
+    try:
+        cards = (device.gpus if device else 0) if device_ok else None
+        mig_mode = pod_mig_mode(annotations, cards=cards, whole=bool(device and device.whole))
+    except MIGRequestError as error:
+        errors.append(str(error))
     if errors:
         raise RequestError(errors)
     uid = str(meta.get("uid") or f"{namespace}/{name}")
@@ -85,6 +94,7 @@ def pod_request_from_pod(
         job_key=job_key(meta, namespace=namespace, annotations=annotations, labels=labels),
         node_selector={str(k): str(v) for k, v in selector.items()},
         affinity_terms=terms,
+        mig_mode=mig_mode,
     )
 
 

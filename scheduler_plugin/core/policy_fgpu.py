@@ -28,12 +28,22 @@ barely sees). Its tables depend on the node's CPU left, not its GPU model: a tab
 make the GPUs that model-constrained pods need look the cheapest to fill and draw unconstrained
 shares onto them (FGD's own term keeps placement model-aware).
 
+Two more things keep the look-ahead honest beyond the workloads it was tuned on
+(docs/simulator.md, "fgpu"). Model-constrained pods: a pod taking GPU of a model that the
+workload's constrained shapes need (`model_pressure`) pays for it, beyond the least needed model it
+may use, with the hole-waste weight (both are milli-GPU expected to go unused); without it the
+model-neutral terms drew free pods onto the GPUs constrained pods need. Multi-GPU pods: both
+look-ahead terms price GPU taken in pieces of one GPU or less, so their weights are scaled by the
+share of the workload's GPU volume in such pods (`single_gpu_volume`); for pods that need n GPUs
+and their CPU on one node at once, FGD's per-shape test is the measure.
+
 Parameters: `FGPUParams` (the weights of the two look-ahead terms, how the hole-waste estimate
 expects pods to arrive, and the resource ratios, learnt unless pinned).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -81,6 +91,39 @@ class ResourceRatios:
     memory: float
 
 
+def model_pressure(workload: TargetWorkload, gpus_by_model: Mapping[str, int]) -> dict[str, float]:
+    """Per model: the share of its GPUs that the workload's model-constrained pods need once the cluster is full.
+
+    A constrained shape s of GPU-volume share f_s (of all the workload's GPU volume) brings f_s x C
+    of demand when the cluster (C GPUs) fills, spread over its allowed models by their size, so
+    model M gets f_s x C x C_M / C(S_s) of it: a share f_s x C / C(S_s) of M's GPUs. Capped at 1:
+    past it the model is wholly needed.
+    """
+    total = sum(gpus_by_model.values())
+    volume = sum(w * s.gpu_milli * s.num_gpu for s, w in zip(workload.shapes, workload.weights, strict=True))
+    pressure = dict.fromkeys(gpus_by_model, 0.0)
+    if total <= 0 or volume <= 0:
+        return pressure
+    for shape, weight in zip(workload.shapes, workload.weights, strict=True):
+        if not shape.num_gpu or not shape.models:
+            continue
+        serving = sum(gpus_by_model.get(m, 0) for m in shape.models)
+        if serving <= 0:
+            continue  # a shape no GPU here can run claims nothing
+        claim = weight * shape.gpu_milli * shape.num_gpu / volume * total / serving
+        for model in shape.models:
+            if model in pressure:
+                pressure[model] += claim
+    return {model: min(1.0, value) for model, value in pressure.items()}
+
+
+def single_gpu_volume(workload: TargetWorkload) -> float:
+    """Share of the workload's GPU volume asked by pods of one GPU or less (1 when it asks none)."""
+    volume = sum(w * s.gpu_milli * s.num_gpu for s, w in zip(workload.shapes, workload.weights, strict=True))
+    single = sum(w * s.gpu_milli for s, w in zip(workload.shapes, workload.weights, strict=True) if s.num_gpu == 1)
+    return single / volume if volume > 0 else 1.0
+
+
 def _ratios_for(workload: TargetWorkload, params: FGPUParams) -> ResourceRatios:
     """The target workload's ratios, unless the parameters pin them."""
     cpu = params.cpu_per_gpu_milli
@@ -98,14 +141,59 @@ class FGPUPolicy(FGDPolicy):
         super().__init__(context, workload=workload)
         self.params = params
         self.ratios = _ratios_for(self.index.workload, params)
-        self.strand_weight = params.strand_weight
         self.hole_weight = params.hole_weight
+        self._set_lookahead(self.index.workload)
         self.holes = HoleWaste(self.index.workload, fill_supply=params.fill_supply, temperature=params.fill_temperature)
+        self._pressure: FloatArray | None = None  # per model id of the state; None = to be recomputed
 
     def workload_changed(self, workload: TargetWorkload) -> None:
         super().workload_changed(workload)
         self.ratios = _ratios_for(workload, self.params)
         self.holes = HoleWaste(workload, fill_supply=self.holes.fill_supply, temperature=self.holes.temperature)
+        self._pressure = None
+        self._set_lookahead(workload)
+
+    def _set_lookahead(self, workload: TargetWorkload) -> None:
+        single = single_gpu_volume(workload)
+        self.strand_weight = self.params.strand_weight * single
+        self.hole_waste_weight = self.params.hole_weight * single
+
+    def state_resized(self) -> None:
+        super().state_resized()
+        self._pressure = None
+
+    def pressure(self) -> FloatArray:
+        """`model_pressure` per model id of the cluster state, from the GPUs it holds now."""
+        if self._pressure is None:
+            state = self.state
+            rows = state.active_slots()
+            ids = state.model_id[rows][state.gpu_usable[rows] & (state.model_id[rows] >= 0)]
+            counts = np.bincount(ids, minlength=len(state.models))
+            by_model = {model: int(counts[i]) for i, model in enumerate(state.models)}
+            pressure = model_pressure(self.index.workload, by_model)
+            self._pressure = np.array([pressure[m] for m in state.models] + [0.0], dtype=np.float64)
+        return self._pressure
+
+    def dynamic(self, rows: SlotArray, demand: Demand, delta: FloatArray) -> FloatArray:
+        # Not cached with the node deltas: those are shared by demands that differ only in their models.
+        if not self.hole_weight or not demand.gpus or not self.pressure().any():
+            return delta  # no constrained shape in the workload: nothing to add (the common case)
+        result: FloatArray = delta + self.hole_weight * self.model_deltas(rows, demand)[:, None]
+        return result
+
+    def model_deltas(self, rows: SlotArray, demand: Demand) -> FloatArray:
+        """Constrained pods' expected need of the GPU this pod takes, beyond that of the least needed model it may use (milli)."""
+        if not demand.gpus:
+            return np.zeros(len(rows))
+        pressure = self.pressure()
+        state = self.state
+        if not pressure.any():
+            return np.zeros(len(rows))
+        allowed = [state.model_ids[m] for m in demand.model_use if m in state.model_ids] or range(len(state.models))
+        floor = min(float(pressure[i]) for i in allowed)
+        need = pressure[state.model_id[rows, 0]] - floor  # model id -1 (unknown) reads the trailing 0
+        result: FloatArray = np.maximum(need, 0.0) * share_milli(demand) * demand.gpus
+        return result
 
     def stranded(self, idle: FloatArray, cpu_free: FloatArray, memory_free: FloatArray) -> FloatArray:
         """GPU (milli) that the node's CPU or memory can't feed, per node; untracked resources are +inf."""
@@ -118,8 +206,8 @@ class FGPUPolicy(FGDPolicy):
 
     def deltas(self, rows: SlotArray, demand: Demand, fits: BoolMatrix) -> FloatArray:
         fragment = super().deltas(rows, demand, fits)
-        if self.hole_weight:
-            fragment = fragment + self.hole_weight * self.hole_deltas(rows, demand, wide=fragment.shape[1] > 1)
+        if self.hole_waste_weight:
+            fragment = fragment + self.hole_waste_weight * self.hole_deltas(rows, demand, wide=fragment.shape[1] > 1)
         if not self.strand_weight:
             return fragment
         return fragment + self.strand_weight * self.strand_deltas(rows, demand)[:, None]
@@ -160,6 +248,6 @@ register_policy(
     lambda context, params, options: FGPUPolicy(context, params, workload=options.workload),
     params=FGPUParams,
     options=FragmentationOptions,
-    score="as fgd, with Δ = Δfrag + strand_weight x Δstranded + hole_weight x Δhole-waste",
+    score="as fgd, with Δ = Δfrag + strand_weight x Δstranded + hole_weight x (Δhole-waste + GPU that model-constrained pods need)",
     share_gpu="as fgd",
 )

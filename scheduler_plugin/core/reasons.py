@@ -16,7 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from apis import names
+from apis.mig import MIGMode
 from apis.quantity import format_bytes
+from scheduler_plugin.core import gpuchoice, mig_placement
 from scheduler_plugin.core.cluster import ClusterState
 from scheduler_plugin.core.demand import Demand
 from scheduler_plugin.core.filtering import (
@@ -157,14 +160,22 @@ def _gpu_reason(state: ClusterState, record: NodeRecord, slot: int, constraints:
             sick = [*sick[:_MAX_LISTED], f"{len(sick) - _MAX_LISTED} more"]
         detail = f" ({'; '.join(sick)})" if sick else ""
         return Reason(f"{len(healthy)} of {total} GPUs healthy, pod needs {need}{detail}", True)
-    mig_ok = demand.is_share and demand.gpus == 1 and any(g.mig_enabled for g in healthy)
+    mig_ok = demand.mig_eligible and any(g.mig_enabled for g in healthy)
+    if demand.mig_only and not mig_ok:
+        return Reason(no_mig_gpu_words(need), True)
     usable = [gpu for gpu in healthy if record.usable(record.slot_by_uuid[gpu.uuid])]
     if len(usable) < demand.gpus and not mig_ok:
         held = sum(1 for g in healthy if g.uuid in record.external)
         mig = sum(1 for g in healthy if g.mig_enabled)
         why = ", ".join(
             part
-            for part in (f"{held} held outside fgpu" if held else "", f"{mig} in MIG mode" if mig else "")
+            for part in (
+                f"{held} held outside fgpu" if held else "",
+                f"{mig} in MIG mode" if mig else "",
+                f"the pod's {names.GPU_MODE}=shared refuses MIG instances"
+                if mig and demand.mig_mode is MIGMode.SHARED and demand.is_share and demand.gpus == 1
+                else "",
+            )
             if part
         )
         return Reason(
@@ -172,15 +183,8 @@ def _gpu_reason(state: ClusterState, record: NodeRecord, slot: int, constraints:
         )
 
     gpu_slots = np.array([record.slot_by_uuid[g.uuid] for g in usable], dtype=np.intp)
-    if not usable and mig_ok:
-        used = record.used_migs()
-        free = sorted(
-            (m.memory_bytes, m.profile)
-            for uuid, (_, m) in record.mig_by_uuid.items()
-            if uuid not in used and record.gpus[record.mig_by_uuid[uuid][0]] in healthy
-        )
-        listed = ", ".join(profile for _, profile in free) or "none"
-        return Reason(f"no free MIG instance holds {need} (free instances: {listed})", False)
+    if mig_ok and (not usable or demand.mig_only):
+        return _mig_reason(record, [record.slot_by_uuid[g.uuid] for g in healthy], demand, need)
     if not demand.whole and gpu_slots.size and demand.memory_bytes is not None:
         largest = int(state.mem_total[slot, gpu_slots].max())
         if demand.memory_bytes > largest:
@@ -214,6 +218,45 @@ def _gpu_reason(state: ClusterState, record: NodeRecord, slot: int, constraints:
             False,
         )
     return Reason(f"node cannot take {need}", False)
+
+
+def no_mig_gpu_words(need: str) -> str:
+    """A MIG-only pod on a node without MIG GPUs (reasons_bulk.py says the same)."""
+    return f"pod asks for a MIG instance ({names.GPU_MODE}=mig) for {need}, but no GPU here is in MIG mode"
+
+
+def _mig_reason(record: NodeRecord, eligible: list[int], demand: Demand, need: str) -> Reason:
+    """No free instance holds the share, and (core/mig_placement.py) none can be created: why, per GPU."""
+    views = gpuchoice.mig_views(record, eligible)
+    needs = [demand.memory_need_on(v.gpu.memory_bytes) for v in views]
+    free = sorted(
+        (c.memory_bytes, c.profile) for v in views for c in mig_placement.free_instances(v)
+    )
+    listed = ", ".join(profile for _, profile in free) or "none"
+    text = f"no free MIG instance holds {need} (free instances: {listed})"
+    if not views:
+        return Reason(f"{text}; every MIG GPU here is held outside fgpu", False)
+    said: dict[str, list[int]] = {}
+    blocked = mig_placement.blocked(views, needs)
+    for why, memory in zip(blocked, needs, strict=True):
+        if why.unknown:
+            clause = "no new instance on {gpus}: it reports no MIG profiles or an instance without a placement"
+        elif not why.profile:
+            largest = f"{why.largest}, {memory_words(why.largest_bytes)}" if why.largest else "none"
+            clause = f"no MIG profile of {{gpus}} holds {memory_words(memory)} (largest: {largest})"
+        else:
+            holds = ", ".join(why.taken) or "nothing"
+            clause = f"no placement for profile {why.profile} is free on {{gpus}} (holds {holds})"
+        said.setdefault(clause, []).append(record.gpus[why.slot].index)
+    parts = [
+        clause.format(gpus=("GPU " if len(idx) == 1 else "GPUs ") + ", ".join(map(str, idx)))
+        for clause, idx in said.items()
+    ]
+    # Waiting helps unless no profile of any GPU is large enough and no instance is either.
+    never = all(not b.unknown and not b.profile for b in blocked) and not any(
+        m.memory_bytes >= n for v, n in zip(views, needs, strict=True) for m in v.gpu.mig_instances
+    )
+    return Reason(f"{text} and {'; '.join(parts)}", never)
 
 
 def _fitting_per_model(record: NodeRecord, fits_row: BoolArray) -> dict[str, int]:

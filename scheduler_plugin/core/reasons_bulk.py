@@ -25,7 +25,7 @@ from scheduler_plugin.core.filtering import (
 )
 from scheduler_plugin.core.labels import LabelIndex
 from scheduler_plugin.core.noderules import NodeRules, PodNodeNeeds, refusal, taint_refusal, untolerated
-from scheduler_plugin.core.reasons import Reason, describe_demand, memory_words
+from scheduler_plugin.core.reasons import Reason, describe_demand, memory_words, no_mig_gpu_words
 
 #: Bits below a GPU's free core percent when ranking GPUs by (core free, memory free).
 _MEMORY_BITS = 46
@@ -136,6 +136,12 @@ def _gpu_reasons(
     plain = (
         stage & state.has_devices[slots] & (total > 0) & (allowed.sum(axis=1) == total) & (n_usable == total)
     )
+    if demand.mig_only:
+        # Plain nodes have no GPU in MIG mode; the rest are explained one by one.
+        no_mig = Reason(no_mig_gpu_words(need), True)
+        for i in np.flatnonzero(plain).tolist():
+            reasons[i] = no_mig
+        return
     if demand.memory_bytes is not None and not demand.whole:
         plain &= state.mem_total[slots].max(axis=1) >= demand.memory_bytes
     fitting = fits.sum(axis=1)

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from apis.allocation import Allocation, GPUShare, share_memory_bytes
 from apis.devices import GPUInfo, MIGInstance, NodeDevices
+from scheduler_plugin.core import mig_placement, overcommit
 from scheduler_plugin.core.api import NodeInfo, NodeName, PodRequest, PodUID
-from scheduler_plugin.core import mig_placement
 from scheduler_plugin.core.cluster import ClusterState
 from scheduler_plugin.core.demand import FULL_PERCENT
 from scheduler_plugin.core.noderules import HostPort
@@ -171,6 +171,14 @@ def write_node_row(state: ClusterState, record: NodeRecord, slot: int) -> None:
     state.nvlink_group[slot] = list(topo.nvlink) + [-1] * pad
     state.pcie_group[slot] = list(topo.pcie) + [-1] * pad
     state.numa_group[slot] = list(topo.numa) + [-1] * pad
+    g_core, g_mem, b_core, b_mem = overcommit.gpu_columns(
+        [pod.allocation for pod in record.pods.values() if pod.allocation], record.share_slot, gpus
+    )
+    state.guaranteed_core[slot] = g_core + [0] * pad
+    state.guaranteed_mem[slot] = g_mem + [0] * pad
+    state.burst_core[slot] = b_core + [0] * pad
+    state.burst_mem[slot] = b_mem + [0] * pad
+    state.burst_ratio[slot] = overcommit.ratio_of(info.labels) if (info := record.info) else 0
 
     cpu_used, host_used = record.host_usage()
     info = record.info

@@ -149,3 +149,12 @@ def read_pods(path: str | Path) -> list[TracePod]:
     if not pods:
         raise TraceError(f"{path}: no pods; the pod list needs at least one row")
     return pods
+
+
+def write_pods(path: str | Path, pods: Sequence[TracePod]) -> None:
+    """A pod-list CSV that `read_pods` reads back as `pods` (the first six columns of the openb format)."""
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow((*_POD_COLUMNS, "gpu_spec"))
+        for pod in pods:
+            writer.writerow((pod.name, pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, "|".join(pod.gpu_spec)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from agent.fakenvml import FakeNVML
-from agent.inventory import Inventory, load_inventory
+from agent.fakenvml_inventory import Inventory, load_inventory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INVENTORIES = os.path.join(ROOT, "examples", "inventories")

@@ -16,7 +16,7 @@ from agent.config import AgentConfig, parse_config
 from agent.daemon import Agent
 from agent.errors import ConfigError, KubeAPIError
 from agent.fakenvml import FakeNVML
-from agent.inventory import load_inventory
+from agent.fakenvml_inventory import load_inventory
 from agent.kube import Kube
 from agent.metrics import AgentMetrics
 from agent.pcitopology import InventoryTopology

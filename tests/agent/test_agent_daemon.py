@@ -18,7 +18,7 @@ import pytest
 from agent.config import AgentConfig
 from agent.daemon import Agent
 from agent.fakenvml import FakeNVML
-from agent.inventory import load_inventory
+from agent.fakenvml_inventory import load_inventory
 from agent.kube import Kube
 from agent.pcitopology import InventoryTopology
 from agent.schedclient import SchedulerReporter

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.backendcheck import BackendStatus, HostFiles, Machine, check, elf_problem
-from agent.isolation import Isolation, IsolationPaths
+from agent.backendcheck import HostFiles, check
+from agent.isolation.readiness import BackendStatus, Machine, elf_problem
+from agent.isolation.registry import IsolationPaths
+from apis import names
 
 X86 = Machine(name="x86_64", bits=64, little_endian=True)
 ARM = Machine(name="aarch64", bits=64, little_endian=True)
@@ -69,7 +71,7 @@ def test_only_a_shared_object_for_this_machine_passes(header: bytes, machine: Ma
 
 
 def _hami(files: FakeFiles, machine: Machine = X86) -> BackendStatus:
-    return check(Isolation.HAMI_CORE, PATHS, files=files, machine=machine)
+    return check(names.ISOLATION_HAMI_CORE, PATHS, files=files, machine=machine)
 
 
 def test_hami_core_is_ready_with_the_library_and_a_preload_file_naming_it_in_the_container() -> None:
@@ -98,16 +100,16 @@ def test_hami_core_is_not_ready_and_says_why_and_how_to_fix_it(files: dict[str, 
 
 def test_mps_is_ready_only_while_the_control_daemon_has_its_pipe() -> None:
     control = os.path.join(PATHS.mps_pipe_dir, "control")
-    ready = check(Isolation.MPS, PATHS, files=FakeFiles(sockets=(control,)), machine=X86)
+    ready = check(names.ISOLATION_MPS, PATHS, files=FakeFiles(sockets=(control,)), machine=X86)
     assert (ready.ready, ready.reason) == (True, "Ready")
-    down = check(Isolation.MPS, PATHS, files=FakeFiles(), machine=X86)
+    down = check(names.ISOLATION_MPS, PATHS, files=FakeFiles(), machine=X86)
     assert (down.ready, down.reason) == (False, "MPSDaemonNotRunning")
     assert f"CUDA_MPS_PIPE_DIRECTORY={PATHS.mps_pipe_dir}" in down.message
 
 
 def test_none_needs_nothing_and_reads_nothing() -> None:
     files = FakeFiles()
-    status = check(Isolation.NONE, PATHS, files=files, machine=X86)
+    status = check(names.ISOLATION_NONE, PATHS, files=files, machine=X86)
     assert (status.ready, status.reason) == (True, "NoLimits")
     assert files.read == []
 
@@ -117,7 +119,7 @@ def test_the_library_is_read_never_loaded(tmp_path: Path) -> None:
     library = tmp_path / "libvgpu.so"
     library.write_bytes(elf(machine=_this_machine_code()) + b"constructor would run here")
     before = set(Path("/proc/self/maps").read_text().split())
-    status = check(Isolation.HAMI_CORE, _paths(tmp_path, library), files=HostFiles(), machine=Machine.this())
+    status = check(names.ISOLATION_HAMI_CORE, _paths(tmp_path, library), files=HostFiles(), machine=Machine.this())
     assert status.ready, status.message
     assert str(library) not in Path("/proc/self/maps").read_text()
     assert str(library) not in before
@@ -129,28 +131,28 @@ def test_a_real_shared_object_of_this_machine_passes_and_this_python_executable_
         import _ctypes
 
         real = Path(_ctypes.__file__)  # an extension module: a shared object of this machine too
-    status = check(Isolation.HAMI_CORE, _paths(tmp_path, real), files=HostFiles(), machine=Machine.this())
+    status = check(names.ISOLATION_HAMI_CORE, _paths(tmp_path, real), files=HostFiles(), machine=Machine.this())
     assert status.ready, status.message
-    executable = check(Isolation.HAMI_CORE, _paths(tmp_path, Path(sys.executable).resolve()), files=HostFiles(),
+    executable = check(names.ISOLATION_HAMI_CORE, _paths(tmp_path, Path(sys.executable).resolve()), files=HostFiles(),
                        machine=Machine.this())
     # An executable may be position-independent (also ET_DYN); a directory never passes.
     assert executable.reason in ("Ready", "NotSharedObject")
-    directory = check(Isolation.HAMI_CORE, _paths(tmp_path, tmp_path), files=HostFiles(), machine=Machine.this())
+    directory = check(names.ISOLATION_HAMI_CORE, _paths(tmp_path, tmp_path), files=HostFiles(), machine=Machine.this())
     assert (directory.ready, directory.reason) == (False, "LibraryMissing")
 
 
 def test_a_real_control_socket_or_fifo_counts_as_a_running_mps_daemon(tmp_path: Path) -> None:
     paths = IsolationPaths(mps_pipe_dir=str(tmp_path))
-    assert not check(Isolation.MPS, paths, files=HostFiles(), machine=Machine.this()).ready
+    assert not check(names.ISOLATION_MPS, paths, files=HostFiles(), machine=Machine.this()).ready
     os.mkfifo(tmp_path / "control")
-    assert check(Isolation.MPS, paths, files=HostFiles(), machine=Machine.this()).ready
+    assert check(names.ISOLATION_MPS, paths, files=HostFiles(), machine=Machine.this()).ready
     os.unlink(tmp_path / "control")
     with socket.socket(socket.AF_UNIX) as server:
         server.bind(str(tmp_path / "control"))
-        assert check(Isolation.MPS, paths, files=HostFiles(), machine=Machine.this()).ready
+        assert check(names.ISOLATION_MPS, paths, files=HostFiles(), machine=Machine.this()).ready
     (tmp_path / "control").unlink()
     (tmp_path / "control").write_text("a plain file is no daemon")
-    assert not check(Isolation.MPS, paths, files=HostFiles(), machine=Machine.this()).ready
+    assert not check(names.ISOLATION_MPS, paths, files=HostFiles(), machine=Machine.this()).ready
 
 
 def _paths(tmp: Path, library: Path) -> IsolationPaths:
@@ -160,6 +162,6 @@ def _paths(tmp: Path, library: Path) -> IsolationPaths:
 
 
 def _this_machine_code() -> int:
-    from agent.backendcheck import ELF_MACHINES
+    from agent.isolation.readiness import ELF_MACHINES
 
     return ELF_MACHINES[Machine.this().name]

@@ -6,7 +6,7 @@ import pynvml
 import pytest
 
 from agent.fakenvml import FakeNVML
-from agent.inventory import load_inventory
+from agent.fakenvml_inventory import load_inventory
 from tests.agent.helpers import A100_MIG, T4, started_fake
 
 
@@ -115,7 +115,7 @@ def test_processes_come_back_as_pynvml_friendly_objects() -> None:
 
 
 def test_scripted_inventory_events_arrive_after_their_delay() -> None:
-    from agent.inventory import parse_inventory
+    from agent.fakenvml_inventory import parse_inventory
 
     inventory = parse_inventory(
         {

@@ -9,7 +9,7 @@ import pytest
 from agent.admissions import GPUHeld, Hold
 from agent.discovery import discover
 from agent.hook import NO_ANSWER, HookRequest, HookSettings, decide
-from agent.isolation import Isolation, IsolationPaths
+from agent.isolation.registry import IsolationPaths
 from agent.pcitopology import InventoryTopology
 from apis import names
 from apis.allocation import Allocation, ContainerShare, GPUShare, encode_allocation
@@ -51,18 +51,18 @@ def _signed(*shares: GPUShare, node: str = NODE, uid: str = POD_UID) -> dict[str
     return allocation_annotations(KEY, pod_uid=uid, node_name=node, allocation=Allocation(gpus=shares))
 
 
-def _settings(isolation: Isolation) -> HookSettings:
+def _settings(isolation: str) -> HookSettings:
     return HookSettings(node_name=NODE, key=verifying(KEY), isolation=isolation, paths=IsolationPaths())
 
 
 def test_a_pod_without_an_allocation_gets_no_answer() -> None:
-    assert decide(_request({"other": "x"}), devices=_devices(), settings=_settings(Isolation.HAMI_CORE)) == NO_ANSWER
+    assert decide(_request({"other": "x"}), devices=_devices(), settings=_settings(names.ISOLATION_HAMI_CORE)) == NO_ANSWER
 
 
 def test_hami_core_limits_memory_and_sm_per_gpu_and_mounts_the_library() -> None:
     devices = _devices()
     annotations = _signed(_share(devices, 1, core=30, memory=3 * GiB), _share(devices, 0, core=50, memory=5 * GiB))
-    decision = decide(_request(annotations), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    decision = decide(_request(annotations), devices=devices, settings=_settings(names.ISOLATION_HAMI_CORE))
     assert decision.edits is not None and not decision.rejection
     env = dict(decision.edits.envs)
     # GPUs are listed in PCI bus order, which is CUDA's order under CUDA_DEVICE_ORDER=PCI_BUS_ID.
@@ -86,7 +86,7 @@ def test_hami_core_limits_memory_and_sm_per_gpu_and_mounts_the_library() -> None
 def test_mps_sets_the_pipe_directory_pinned_memory_and_thread_percentage() -> None:
     devices = _devices()
     annotations = _signed(_share(devices, 2, core=40, memory=2 * GiB), _share(devices, 3, core=60, memory=GiB))
-    decision = decide(_request(annotations), devices=devices, settings=_settings(Isolation.MPS))
+    decision = decide(_request(annotations), devices=devices, settings=_settings(names.ISOLATION_MPS))
     assert decision.edits is not None
     env = dict(decision.edits.envs)
     assert env[names.MPS_PIPE_DIRECTORY] == "/run/nvidia/mps"
@@ -98,7 +98,7 @@ def test_mps_sets_the_pipe_directory_pinned_memory_and_thread_percentage() -> No
 
 def test_none_gives_visibility_and_informative_variables_only() -> None:
     devices = _devices()
-    decision = decide(_request(_signed(_share(devices, 0))), devices=devices, settings=_settings(Isolation.NONE))
+    decision = decide(_request(_signed(_share(devices, 0))), devices=devices, settings=_settings(names.ISOLATION_NONE))
     assert decision.edits is not None
     assert [k for k, _ in decision.edits.envs] == [
         names.NVIDIA_VISIBLE_DEVICES,
@@ -114,7 +114,7 @@ def test_none_gives_visibility_and_informative_variables_only() -> None:
 def test_whole_gpus_need_no_software_limits_under_any_backend() -> None:
     devices = _devices()
     whole = _share(devices, 0, core=100, memory=devices.gpus[0].memory_bytes, ratio=100)
-    decision = decide(_request(_signed(whole)), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    decision = decide(_request(_signed(whole)), devices=devices, settings=_settings(names.ISOLATION_HAMI_CORE))
     assert decision.edits is not None and decision.edits.mounts == ()
     assert dict(decision.edits.envs)[names.FGPU_ISOLATION] == "none"
 
@@ -127,7 +127,7 @@ def test_a_mig_share_is_made_visible_by_its_mig_uuid() -> None:
         memory_ratio_percent=100, mig_uuid=gpu.mig_instances[1].uuid,
         containers=(ContainerShare("main", 100, gpu.mig_instances[1].memory_bytes, 100),),
     )
-    decision = decide(_request(_signed(share)), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    decision = decide(_request(_signed(share)), devices=devices, settings=_settings(names.ISOLATION_HAMI_CORE))
     assert decision.edits is not None
     assert dict(decision.edits.envs)[names.NVIDIA_VISIBLE_DEVICES] == gpu.mig_instances[1].uuid
     assert decision.edits.mounts == ()  # the hardware enforces the split
@@ -136,7 +136,7 @@ def test_a_mig_share_is_made_visible_by_its_mig_uuid() -> None:
 def test_an_unsigned_allocation_is_refused() -> None:
     devices = _devices()
     annotations = {names.DEVICE_ALLOCATED: encode_allocation(Allocation(gpus=(_share(devices, 0),)))}
-    decision = decide(_request(annotations), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    decision = decide(_request(annotations), devices=devices, settings=_settings(names.ISOLATION_HAMI_CORE))
     assert decision.edits is None
     assert "not signed" in decision.rejection and POD_UID in decision.rejection
 
@@ -145,14 +145,14 @@ def test_a_tampered_allocation_is_refused() -> None:
     devices = _devices()
     annotations = _signed(_share(devices, 0, core=10))
     annotations[names.DEVICE_ALLOCATED] = encode_allocation(Allocation(gpus=(_share(devices, 0, core=100),)))
-    decision = decide(_request(annotations), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    decision = decide(_request(annotations), devices=devices, settings=_settings(names.ISOLATION_HAMI_CORE))
     assert decision.edits is None and "does not match" in decision.rejection
 
 
 def test_an_allocation_for_another_node_is_refused() -> None:
     devices = _devices()
     decision = decide(
-        _request(_signed(_share(devices, 0), node="gpu-node-2")), devices=devices, settings=_settings(Isolation.NONE)
+        _request(_signed(_share(devices, 0), node="gpu-node-2")), devices=devices, settings=_settings(names.ISOLATION_NONE)
     )
     assert decision.edits is None and "gpu-node-2" in decision.rejection and "not this node" in decision.rejection
 
@@ -160,7 +160,7 @@ def test_an_allocation_for_another_node_is_refused() -> None:
 def test_an_allocation_copied_from_another_pod_is_refused() -> None:
     devices = _devices()
     stolen = _signed(_share(devices, 0), uid="00000000-1111-4222-8333-444455556666")
-    decision = decide(_request(stolen), devices=devices, settings=_settings(Isolation.NONE))
+    decision = decide(_request(stolen), devices=devices, settings=_settings(names.ISOLATION_NONE))
     assert decision.edits is None and "does not match" in decision.rejection
 
 
@@ -179,7 +179,7 @@ def test_an_allocation_copied_from_another_pod_is_refused() -> None:
 def test_an_allocation_that_does_not_fit_the_node_as_it_is_now_is_refused(mutate: object, message: str) -> None:
     devices = _devices()
     annotations = _signed(_share(devices, 0))
-    decision = decide(_request(annotations), devices=mutate(devices), settings=_settings(Isolation.HAMI_CORE))  # type: ignore[operator]
+    decision = decide(_request(annotations), devices=mutate(devices), settings=_settings(names.ISOLATION_HAMI_CORE))  # type: ignore[operator]
     assert decision.edits is None
     assert message in decision.rejection
 
@@ -187,13 +187,13 @@ def test_an_allocation_that_does_not_fit_the_node_as_it_is_now_is_refused(mutate
 def test_more_than_a_gpu_has_is_refused() -> None:
     devices = _devices()
     annotations = _signed(_share(devices, 0, memory=devices.gpus[0].memory_bytes + GiB))
-    decision = decide(_request(annotations), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    decision = decide(_request(annotations), devices=devices, settings=_settings(names.ISOLATION_HAMI_CORE))
     assert decision.edits is None and "more than the GPU's" in decision.rejection
 
 
 def test_a_share_of_a_whole_gpu_in_mig_mode_is_refused() -> None:
     devices = _devices(A100_MIG)
-    decision = decide(_request(_signed(_share(devices, 0))), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    decision = decide(_request(_signed(_share(devices, 0))), devices=devices, settings=_settings(names.ISOLATION_HAMI_CORE))
     assert decision.edits is None and "MIG mode" in decision.rejection
 
 
@@ -206,7 +206,7 @@ def test_a_share_that_fits_next_to_the_admitted_pods_is_admitted_with_its_holds(
     devices = _devices()
     share = replace(_share(devices, 0, core=40, memory=4 * GiB), uuid="")  # named by minor only
     decision = decide(
-        _request(_signed(share)), devices=devices, settings=_settings(Isolation.HAMI_CORE),
+        _request(_signed(share)), devices=devices, settings=_settings(names.ISOLATION_HAMI_CORE),
         held=_held(devices, 0, core=60, memory=4 * GiB),
     )
     assert decision.edits is not None and not decision.rejection
@@ -226,7 +226,7 @@ def test_a_pod_that_would_overcommit_a_gpu_next_to_admitted_pods_is_refused(
     assert memory + held_memory > gpu.memory_bytes or core + held_core > 100
     decision = decide(
         _request(_signed(_share(devices, 1, core=core, memory=memory))), devices=devices,
-        settings=_settings(Isolation.HAMI_CORE), held=_held(devices, 1, core=held_core, memory=held_memory, pods=2),
+        settings=_settings(names.ISOLATION_HAMI_CORE), held=_held(devices, 1, core=held_core, memory=held_memory, pods=2),
     )
     assert decision.edits is None and decision.holds == ()
     assert f"GPU {gpu.uuid}" in decision.rejection
@@ -242,7 +242,7 @@ def test_a_mig_instance_another_pod_holds_is_refused() -> None:
         memory_ratio_percent=100, mig_uuid=mig.uuid, containers=(ContainerShare("main", 100, mig.memory_bytes, 100),),
     )
     held = {gpu.uuid: GPUHeld(mig={mig.uuid: frozenset({"other-pod"})})}
-    decision = decide(_request(_signed(share)), devices=devices, settings=_settings(Isolation.HAMI_CORE), held=held)
+    decision = decide(_request(_signed(share)), devices=devices, settings=_settings(names.ISOLATION_HAMI_CORE), held=held)
     assert decision.edits is None
     assert f"MIG instance {mig.uuid} is already held by 1 pod(s) already admitted on this node (other-pod)" in decision.rejection
 
@@ -253,7 +253,7 @@ def test_a_share_given_only_as_a_ratio_is_limited_to_that_ratio_of_the_gpus_memo
     gpu = devices.gpus[0]
     decision = decide(
         _request(_signed(_share(devices, 0, core=50, memory=0, ratio=25))), devices=devices,
-        settings=_settings(Isolation.HAMI_CORE),
+        settings=_settings(names.ISOLATION_HAMI_CORE),
     )
     assert decision.edits is not None and not decision.rejection
     env = dict(decision.edits.envs)
@@ -266,6 +266,6 @@ def test_a_share_with_less_than_a_mebibyte_of_memory_is_refused_rather_than_left
     devices = _devices()
     decision = decide(
         _request(_signed(_share(devices, 0, core=50, memory=512 * 1024, ratio=0))), devices=devices,
-        settings=_settings(Isolation.HAMI_CORE),
+        settings=_settings(names.ISOLATION_HAMI_CORE),
     )
     assert decision.rejection and "under 1 MiB" in decision.rejection

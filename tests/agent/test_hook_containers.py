@@ -10,7 +10,6 @@ import pytest
 
 from agent.hook import NO_ANSWER, HookRequest, decide
 from agent.hookserver import make_shared_dir
-from agent.isolation import Isolation
 from apis import names
 from apis.allocation import Allocation, ContainerShare, GPUShare, encode_allocation
 from apis.signing import allocation_annotations
@@ -49,7 +48,7 @@ def _request(container: str, *shares: GPUShare, env: tuple[str, ...] = ()) -> Ho
 def test_each_container_sees_only_its_own_part_of_the_pods_share() -> None:
     share = _two_container_share()
     for name, core in (("a", 30), ("b", 20)):
-        decision = decide(_request(name, share), devices=_devices(), settings=_settings(Isolation.HAMI_CORE))
+        decision = decide(_request(name, share), devices=_devices(), settings=_settings(names.ISOLATION_HAMI_CORE))
         assert decision.edits is not None, decision.rejection
         env = dict(decision.edits.envs)
         assert env[names.FGPU_CORE_PERCENT] == str(core)
@@ -61,7 +60,7 @@ def test_each_container_sees_only_its_own_part_of_the_pods_share() -> None:
 
 @pytest.mark.parametrize("container", ["log-sidecar", "init-setup"])
 def test_a_container_named_for_no_gpu_gets_void_and_no_limits(container: str) -> None:
-    decision = decide(_request(container, _two_container_share()), devices=_devices(), settings=_settings(Isolation.HAMI_CORE))
+    decision = decide(_request(container, _two_container_share()), devices=_devices(), settings=_settings(names.ISOLATION_HAMI_CORE))
     assert decision.edits is not None and not decision.rejection
     assert dict(decision.edits.envs) == {names.NVIDIA_VISIBLE_DEVICES: names.NVIDIA_VISIBLE_DEVICES_VOID}
     assert decision.edits.mounts == ()
@@ -71,7 +70,7 @@ def test_a_container_named_for_no_gpu_gets_void_and_no_limits(container: str) ->
 def test_an_allocation_that_names_no_container_is_refused_rather_than_guessed() -> None:
     gpu = _devices().gpus[0]
     share = GPUShare(gpu.minor, gpu.uuid, 50, 4 * GiB, 25)
-    decision = decide(_request("main", share), devices=_devices(), settings=_settings(Isolation.HAMI_CORE))
+    decision = decide(_request("main", share), devices=_devices(), settings=_settings(names.ISOLATION_HAMI_CORE))
     assert decision.edits is None
     assert names.ALLOCATION_CONTAINERS in decision.rejection and "fgpu-scheduler" in decision.rejection
 
@@ -79,7 +78,7 @@ def test_an_allocation_that_names_no_container_is_refused_rather_than_guessed() 
 def test_a_container_part_larger_than_the_pods_share_is_refused() -> None:
     gpu = _devices().gpus[0]
     share = GPUShare(gpu.minor, gpu.uuid, 50, 4 * GiB, 25, containers=(ContainerShare("main", 50, 8 * GiB, 50),))
-    decision = decide(_request("main", share), devices=_devices(), settings=_settings(Isolation.HAMI_CORE))
+    decision = decide(_request("main", share), devices=_devices(), settings=_settings(names.ISOLATION_HAMI_CORE))
     assert decision.edits is None and "container 'main'" in decision.rejection
 
 
@@ -89,7 +88,7 @@ def test_an_empty_allocation_needs_no_signature_and_gets_no_answer(value: str) -
         pod_uid=POD_UID, pod_namespace="ml", pod_name="p", container_name="main",
         annotations={names.DEVICE_ALLOCATED: value},
     )
-    assert decide(request, devices=_devices(), settings=_settings(Isolation.HAMI_CORE)) == NO_ANSWER
+    assert decide(request, devices=_devices(), settings=_settings(names.ISOLATION_HAMI_CORE)) == NO_ANSWER
 
 
 def test_an_unsigned_allocation_listing_a_gpu_is_still_refused() -> None:
@@ -99,7 +98,7 @@ def test_an_unsigned_allocation_listing_a_gpu_is_still_refused() -> None:
         pod_uid=POD_UID, pod_namespace="ml", pod_name="p", container_name="main",
         annotations={names.DEVICE_ALLOCATED: encode_allocation(Allocation(gpus=(share,)))},
     )
-    assert "not signed" in decide(request, devices=_devices(), settings=_settings(Isolation.HAMI_CORE)).rejection
+    assert "not signed" in decide(request, devices=_devices(), settings=_settings(names.ISOLATION_HAMI_CORE)).rejection
 
 
 def _half_share() -> GPUShare:
@@ -108,7 +107,7 @@ def _half_share() -> GPUShare:
 
 
 def test_under_hami_core_the_pods_own_isolation_variables_are_replaced_or_removed() -> None:
-    decision = decide(_request("main", _half_share(), env=tuple(POD_ENV)), devices=_devices(), settings=_settings(Isolation.HAMI_CORE))
+    decision = decide(_request("main", _half_share(), env=tuple(POD_ENV)), devices=_devices(), settings=_settings(names.ISOLATION_HAMI_CORE))
     assert decision.edits is not None
     env = dict(decision.edits.envs)
     # Off switches pinned (also overriding an image's ENV), limits the hook's own.
@@ -125,7 +124,7 @@ def test_under_hami_core_the_pods_own_isolation_variables_are_replaced_or_remove
 
 
 def test_under_mps_the_hami_variables_are_removed_and_the_mps_ones_are_the_hooks() -> None:
-    decision = decide(_request("main", _half_share(), env=tuple(POD_ENV)), devices=_devices(), settings=_settings(Isolation.MPS))
+    decision = decide(_request("main", _half_share(), env=tuple(POD_ENV)), devices=_devices(), settings=_settings(names.ISOLATION_MPS))
     assert decision.edits is not None
     env = dict(decision.edits.envs)
     assert env[names.MPS_ACTIVE_THREAD_PERCENTAGE] == "50"
@@ -140,7 +139,7 @@ def test_a_memory_only_mps_share_overrides_a_pod_thread_cap_with_no_cap() -> Non
     gpu = _devices().gpus[0]
     share = GPUShare(gpu.minor, gpu.uuid, 0, 4 * GiB, 25, containers=(ContainerShare("main", 0, 4 * GiB, 25),))
     decision = decide(_request("main", share, env=(names.MPS_ACTIVE_THREAD_PERCENTAGE,)), devices=_devices(),
-                      settings=_settings(Isolation.MPS))
+                      settings=_settings(names.ISOLATION_MPS))
     assert decision.edits is not None
     assert dict(decision.edits.envs)[names.MPS_ACTIVE_THREAD_PERCENTAGE] == "100"
 
@@ -170,13 +169,13 @@ def test_a_memory_only_part_of_a_share_with_compute_is_refused() -> None:
     gpu = _devices().gpus[0]
     parts = (ContainerShare("main", 50, 2 * GiB, 25), ContainerShare("mem", 0, GiB, 10))
     share = GPUShare(gpu.minor, gpu.uuid, 50, 3 * GiB, 35, containers=parts)
-    decision = decide(_request("mem", share), devices=_devices(), settings=_settings(Isolation.HAMI_CORE))
+    decision = decide(_request("mem", share), devices=_devices(), settings=_settings(names.ISOLATION_HAMI_CORE))
     assert decision.edits is None and "no compute limit" in decision.rejection
 
 
 def test_hami_core_symbol_lookups_are_pinned_to_the_library_itself() -> None:
     decision = decide(_request("main", _half_share(), env=(names.HAMI_REDIRECT,)), devices=_devices(),
-                      settings=_settings(Isolation.HAMI_CORE))
+                      settings=_settings(names.ISOLATION_HAMI_CORE))
     assert decision.edits is not None
     assert dict(decision.edits.envs)[names.HAMI_REDIRECT] == "/usr/local/vgpu/libvgpu.so"
 

@@ -16,7 +16,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from agent.discovery import discover
 from agent.hook import HookSettings
 from agent.hookserver import SERVICE_NAME, GPUHookServicer, HookServer
-from agent.isolation import Isolation, IsolationPaths
+from agent.isolation.registry import IsolationPaths
 from agent.metrics import AgentMetrics
 from agent.pcitopology import InventoryTopology
 from apis import names
@@ -55,7 +55,7 @@ def running() -> Iterator[Running]:
         if not key:
             raise SigningKeyError("allocation signing key file /etc/fgpu/signing.key does not exist")
         return HookSettings(
-            node_name=NODE, key=key[0], isolation=Isolation.HAMI_CORE,
+            node_name=NODE, key=key[0], isolation=names.ISOLATION_HAMI_CORE,
             paths=IsolationPaths(hami_cache_root=cache_root, hami_lock_dir=os.path.join(tmp, "lock")),
         )
 
@@ -175,7 +175,7 @@ def test_a_bare_servicer_starts_with_an_empty_ledger_and_readmits_running_pods()
     nvml, inventory = started_fake(T4)
     devices = discover(nvml, node_name=NODE, topology=InventoryTopology(inventory)).devices
     restarted = GPUHookServicer(
-        devices=lambda: devices, settings=lambda: HookSettings(node_name=NODE, key=verifying(KEY), isolation=Isolation.NONE)
+        devices=lambda: devices, settings=lambda: HookSettings(node_name=NODE, key=verifying(KEY), isolation=names.ISOLATION_NONE)
     )
     assert restarted.ledger.pods() == {}
     response = restarted.PreCreateContainer(_request(_signed(devices, core=60)), context=None)  # type: ignore[arg-type]

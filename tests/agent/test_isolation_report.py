@@ -1,6 +1,6 @@
 """A node whose isolation backend cannot work says so: its FgpuIsolationReady condition (kubelet's conditions
 untouched), an Event on the Node when the verdict changes, the fgpu_agent_isolation_ready metric; and the
-running agent's hook refuses shares there. Against the Kubernetes API double through the official client."""
+running agent's hook rejects shares there. Against the Kubernetes API double through the official client."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import pytest
 
 from agent.backendcheck import CONDITION_TYPE
 from agent.backendreport import RECHECK_NOT_READY_S, IsolationMonitor
-from agent.isolation import Isolation, IsolationPaths
+from agent.isolation.registry import IsolationPaths
 from agent.kube import Kube
 from agent.metrics import AgentMetrics
+from apis import names
 from tests.agent.test_backendcheck import PRELOAD_OK, X86, FakeFiles, elf
 from tests.kubeapi import KubeAPIServer
 
@@ -43,7 +44,7 @@ def kube(kube_api: KubeAPIServer) -> Iterator[Kube]:
 
 def _monitor(kube: Kube | None, files: FakeFiles, metrics: AgentMetrics, clock: Clock | None = None) -> IsolationMonitor:
     return IsolationMonitor(
-        node_name=NODE, isolation=Isolation.HAMI_CORE, paths=PATHS, metrics=metrics, kube=kube, files=files, machine=X86,
+        node_name=NODE, isolation=names.ISOLATION_HAMI_CORE, paths=PATHS, metrics=metrics, kube=kube, files=files, machine=X86,
         clock=clock or Clock(), now=lambda: datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC),
     )
 
@@ -120,7 +121,7 @@ def test_the_running_agent_refuses_a_share_its_backend_cannot_enforce_and_says_s
     from agent.config import AgentConfig
     from agent.daemon import Agent
     from agent.fakenvml import FakeNVML
-    from agent.inventory import load_inventory
+    from agent.fakenvml_inventory import load_inventory
     from agent.pcitopology import InventoryTopology
     from apis import names
     from apis.allocation import Allocation, ContainerShare, GPUShare

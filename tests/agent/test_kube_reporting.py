@@ -13,9 +13,9 @@ from agent.discovery import discover
 from agent.errors import KubeAPIError
 from agent.kube import JSON, Kube
 from agent.metrics import AgentMetrics
+from agent.node_report_writer import KubeReporter
 from agent.pcitopology import InventoryTopology
-from agent.reporter import KubeReporter
-from agent.reportloop import ReportLoop
+from agent.resync_loop import ReportLoop
 from apis import names
 from apis.devices import ExternalHolder, NodeDevices, from_device_object
 from tests.agent.helpers import H100, T4, started_fake

@@ -20,7 +20,7 @@ from agent.daemon import Agent
 from agent.discovery import discover
 from agent.errors import KubeAPIError
 from agent.fakenvml import FakeNVML
-from agent.inventory import load_inventory
+from agent.fakenvml_inventory import load_inventory
 from agent.kube import Kube
 from agent.ledger_rebuild import LedgerRebuilder, SkipReason, restored_admissions
 from agent.metrics import AgentMetrics

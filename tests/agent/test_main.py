@@ -11,7 +11,6 @@ import pytest
 
 from agent.config import AgentConfig, parse_config, resolve_node_name, with_overrides
 from agent.errors import ConfigError
-from agent.isolation import Isolation
 from agent.main import main
 from apis import names
 from tests.agent.helpers import A100_MIG, H100, MIXED, ROOT, T4
@@ -87,7 +86,7 @@ def test_the_config_file_takes_durations_paths_and_backends() -> None:
         }
     )
     assert (config.poll_interval_s, config.health_quiet_period_s) == (0.5, 300.0)
-    assert config.isolation is Isolation.MPS and config.isolation_paths.mps_pipe_dir == "/run/mps"
+    assert config.isolation == names.ISOLATION_MPS and config.isolation_paths.mps_pipe_dir == "/run/mps"
     assert config.application_xids == frozenset({13, 43}) and config.advertise_nvidia_gpu
 
 
@@ -110,4 +109,4 @@ def test_a_bad_setting_is_refused_naming_key_value_and_fix(data: dict[str, objec
 
 def test_flags_override_the_config_file() -> None:
     config = with_overrides(parse_config({"isolation": "mps", "nodeName": "file"}), isolation="none", node_name=None)
-    assert config.isolation is Isolation.NONE and config.node_name == "file"
+    assert config.isolation == names.ISOLATION_NONE and config.node_name == "file"

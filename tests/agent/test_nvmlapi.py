@@ -8,7 +8,7 @@ import pynvml
 import pytest
 
 from agent.fakenvml import FakeNVML
-from agent.inventory import load_inventory
+from agent.fakenvml_inventory import load_inventory
 from agent.nvmlapi import NVML, cuda_version_text, error_text
 from tests.agent.helpers import T4
 

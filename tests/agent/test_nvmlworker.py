@@ -10,8 +10,8 @@ import pytest
 from agent.cgroups import PidResolver
 from agent.checkpoint import CheckpointEntry, CheckpointReader
 from agent.fakenvml import FakeNVML
+from agent.fakenvml_inventory import load_inventory
 from agent.health import HealthTracker
-from agent.inventory import load_inventory
 from agent.metrics import AgentMetrics
 from agent.nodestate import NodeState
 from agent.nvmlworker import NVMLWorker

@@ -8,7 +8,7 @@ import pytest
 
 from agent.discovery import discover
 from agent.fakenvml import FakeNVML
-from agent.inventory import InventoryError, parse_inventory
+from agent.fakenvml_inventory import InventoryError, parse_inventory
 from agent.pcitopology import InventoryTopology
 from apis import names
 from apis.devices import NodeDevices, from_device_object, from_proto, to_device_object, to_proto

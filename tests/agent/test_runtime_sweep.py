@@ -21,7 +21,7 @@ from agent.daemon import Agent
 from agent.discovery import discover
 from agent.errors import ConfigError, RuntimeUnavailable
 from agent.fakenvml import FakeNVML
-from agent.inventory import load_inventory
+from agent.fakenvml_inventory import load_inventory
 from agent.main import build_parser, load_settings
 from agent.metrics import AgentMetrics
 from agent.pcitopology import InventoryTopology

@@ -18,7 +18,7 @@ from agent.discovery import discover
 from agent.errors import SchedulerUnavailable
 from agent.metrics import AgentMetrics
 from agent.pcitopology import InventoryTopology
-from agent.reportloop import ReportLoop
+from agent.resync_loop import ReportLoop
 from agent.schedclient import SchedulerReporter
 from agent.usage import GPUUsage, ProcessUsage
 from apis.devices import NodeDevices, from_proto

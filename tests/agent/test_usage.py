@@ -6,7 +6,7 @@ import os
 
 from agent.cgroups import PidResolver
 from agent.discovery import discover
-from agent.inventory import ProcessSpec
+from agent.fakenvml_inventory import ProcessSpec
 from agent.pcitopology import InventoryTopology
 from agent.usage import UsageSampler, targets_from
 from tests.agent.helpers import A100_MIG, T4, read_data, started_fake

@@ -18,7 +18,7 @@ from agent.config import AgentConfig, parse_config
 from agent.daemon import Agent
 from agent.errors import ConfigError
 from agent.fakenvml import FakeNVML
-from agent.inventory import load_inventory
+from agent.fakenvml_inventory import load_inventory
 from agent.main import build_parser, load_settings
 from agent.pcitopology import InventoryTopology
 from apis import names

@@ -10,7 +10,7 @@ import pytest
 from apis import names
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = [*sorted((ROOT / "agent").glob("*.py")), ROOT / "bench" / "agent.py"]
+SOURCES = [*sorted((ROOT / "agent").rglob("*.py")), ROOT / "bench" / "agent.py"]
 #: Resource names of other device plugins the agent reads from kubelet's checkpoint.
 RESOURCE_NAMES = (names.NVIDIA_GPU, names.NVIDIA_MIG_RESOURCE_PREFIX)
 

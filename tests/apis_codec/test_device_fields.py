@@ -105,6 +105,8 @@ def message_of(record: Record) -> Descriptor:
         "NodeDevices": device_pb2.NodeDeviceReport.DESCRIPTOR,
         "GPUInfo": device_pb2.GPU.DESCRIPTOR,
         "MIGInstance": device_pb2.MIGInstance.DESCRIPTOR,
+        "MIGProfile": device_pb2.MIGProfile.DESCRIPTOR,
+        "MIGPlacement": device_pb2.MIGPlacement.DESCRIPTOR,
         "NVLinkPeer": device_pb2.NVLinkPeer.DESCRIPTOR,
         "ExternalHolder": device_pb2.ExternalHolder.DESCRIPTOR,
     }[record.cls.__name__]

@@ -6,7 +6,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.hook import decide, holds_of
-from agent.isolation import Isolation
 from apis import names
 from apis.allocation import Allocation, ContainerShare, GPUShare, share_memory_bytes
 from apis.devices import NodeDevices
@@ -45,7 +44,7 @@ def test_a_whole_gpu_with_neither_bytes_nor_a_ratio_is_admitted_with_all_its_mem
     gpu = devices.gpus[0]
     share = GPUShare(gpu.minor, gpu.uuid, 100, 0, 0, containers=(ContainerShare("main", 100, 0, 0),))
 
-    decision = decide(_request(_signed(share)), devices=devices, settings=_settings(Isolation.HAMI_CORE))
+    decision = decide(_request(_signed(share)), devices=devices, settings=_settings(names.ISOLATION_HAMI_CORE))
 
     assert decision.edits is not None and not decision.rejection
     assert dict(decision.edits.envs)[names.FGPU_MEMORY_BYTES] == str(gpu.memory_bytes)

@@ -91,7 +91,11 @@ def container(workload: Mapping[str, Any], name: str, *, init: bool = False) -> 
 #: Value sets the tests render: each a way people install the chart.
 VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {},
-    "standalone": {"mode": "standalone"},
+    # With the descheduler on (evicting, consolidating hourly): its objects are validated and applied too.
+    "standalone": {
+        "mode": "standalone",
+        "descheduler": {"enabled": True, "dryRun": False, "consolidation": {"everySeconds": 3600}},
+    },
     "cert-manager-and-service-monitors": {
         "namespace": {"create": True},
         "webhook": {"tls": {"source": "certManager"}},

@@ -280,7 +280,7 @@ def test_each_pool_gets_its_own_agent_daemonset_and_config_with_its_backend_and_
         config_map = one(docs, "ConfigMap", config_volume["configMap"]["name"])
         assert config_map["metadata"]["name"] == f"fgpu-agent-config{suffix}"
         config = parse_config(yaml.safe_load(config_map["data"]["agent.yaml"]), source=config_map["metadata"]["name"])
-        assert config.isolation.value == isolation
+        assert config.isolation == isolation
         init = [c["name"] for c in spec.get("initContainers", [])]
         assert init == (["install-hami-core"] if isolation == "hami-core" else [])
         mounts = {m["name"]: m["mountPath"] for m in container(daemonset, "agent")["volumeMounts"]}

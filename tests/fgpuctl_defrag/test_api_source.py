@@ -88,6 +88,9 @@ def test_a_budget_read_from_the_api_pins_its_pod_so_the_other_one_moves(
 ) -> None:
     seed(kube_api)
     kube_api.put_object(PDBS, pdb("web", "web", maxUnavailable=0))
+    # Left free, the CPU-only pod on n3 is the one move the shared planner (plan_room) prefers: it
+    # holds no GPU, so no GPU pod is disrupted. Pinned, the choice is between the two GPU pods.
+    kube_api.put_object(PDBS, pdb("batch", "batch", maxUnavailable=0))
 
     result = plan(kube_api, capsys)
 
@@ -95,7 +98,7 @@ def test_a_budget_read_from_the_api_pins_its_pod_so_the_other_one_moves(
     assert result["before"]["pending_fit"] == 0
     assert [(m["pod"], m["from"]) for m in result["moves"]] == [("default/db-0", "n2")]
     assert result["after"]["pending_fit"] == 1
-    assert "1 PodDisruptionBudget(s) respected" in result["notes"]
+    assert "2 PodDisruptionBudget(s) respected" in result["notes"]
 
 
 def test_budgets_that_pin_every_blocking_pod_leave_no_move(kube_api: KubeAPIServer, capsys: pytest.CaptureFixture[str]) -> None:

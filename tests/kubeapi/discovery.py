@@ -41,7 +41,11 @@ def _resource_list(group_version: str, resources: list[ResourceInfo]) -> dict[st
         entries.append(entry)
         for sub in sorted(r.subresources):
             kind, sub_verbs = (
-                ("Binding", ["create"]) if sub == "binding" else (r.kind, ["get", "patch", "update"])
+                ("Binding", ["create"])
+                if sub == "binding"
+                else ("Eviction", ["create"])
+                if sub == "eviction"
+                else (r.kind, ["get", "patch", "update"])
             )
             entries.append(
                 {

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.kubeapi import deletion, discovery, errors, routing, selectors, watching
+from tests.kubeapi import deletion, discovery, errors, eviction, routing, selectors, watching
 from tests.kubeapi.faults import Faults
 from tests.kubeapi.resources import BINDINGS, ResourceInfo
 from tests.kubeapi.store import Matcher, Store
@@ -222,6 +222,10 @@ class Handler(BaseHTTPRequestHandler):
         body = self._body(raw)
         if resource is BINDINGS or route.subresource == "binding":
             self._bind(method, route, body)
+        elif route.subresource == "eviction":
+            if method != "POST" or route.namespace is None:
+                raise errors.method_not_allowed("pods/eviction only supports POST in a namespace")
+            self._send_json(201, eviction.evict(store, route.namespace, route.name, body, now=store.now()))
         elif route.target is routing.Target.COLLECTION:
             self._collection(method, resource, route, query, body)
         else:

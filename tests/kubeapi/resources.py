@@ -84,7 +84,7 @@ BUILTIN: tuple[ResourceInfo, ...] = (
         singular="pod",
         kind="Pod",
         namespaced=True,
-        subresources=frozenset({"status", "binding"}),
+        subresources=frozenset({"status", "binding", "eviction"}),
         short_names=("po",),
         field_labels=_POD_FIELDS,
     ),
@@ -156,6 +156,16 @@ BUILTIN: tuple[ResourceInfo, ...] = (
         namespaced=True,
     ),
     ResourceInfo(
+        group="policy",
+        version="v1",
+        plural="poddisruptionbudgets",
+        singular="poddisruptionbudget",
+        kind="PodDisruptionBudget",
+        namespaced=True,
+        subresources=frozenset({"status"}),
+        short_names=("pdb",),
+    ),
+    ResourceInfo(
         group="apiextensions.k8s.io",
         version="v1",
         plural="customresourcedefinitions",
@@ -169,6 +179,7 @@ BUILTIN: tuple[ResourceInfo, ...] = (
 
 CRD = next(r for r in BUILTIN if r.plural == "customresourcedefinitions")
 PODS = next(r for r in BUILTIN if r.plural == "pods" and not r.group)
+PDBS = next(r for r in BUILTIN if r.plural == "poddisruptionbudgets")
 #: `POST .../bindings` is a verb on pods, not a stored resource.
 BINDINGS = next(r for r in BUILTIN if r.plural == "bindings")
 

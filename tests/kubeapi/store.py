@@ -82,6 +82,10 @@ class Store:
         namespaces = next(r for r in BUILTIN if r.plural == "namespaces")
         self.seed(namespaces, "", {"metadata": {"name": name}})
 
+    def now(self) -> str:
+        """The store's clock (RFC 3339), for writes made on a request's behalf (an eviction's disruptedPods)."""
+        return self._clock()
+
     # --- resources ------------------------------------------------------------
 
     def resources(self) -> list[ResourceInfo]:

@@ -23,7 +23,7 @@ def test_the_dynamic_client_finds_built_in_kinds_and_installed_crds(
     assert devices.namespaced is False
     assert [d.metadata.name for d in devices.get().items] == ["n1"]
     pods = dyn.resources.get(api_version="v1", kind="Pod")
-    assert {s for s in pods.subresources} == {"status", "binding"}
+    assert {s for s in pods.subresources} == {"status", "binding", "eviction"}
     leases = dyn.resources.get(api_version="coordination.k8s.io/v1", kind="Lease")
     assert leases.namespaced is True
 

@@ -41,7 +41,7 @@ def test_the_wheel_holds_generated_code_with_stubs_and_the_default_rules(wheel: 
     assert "apis/py.typed" in names
 
 
-def test_the_wheel_declares_the_five_console_scripts(wheel: zipfile.ZipFile) -> None:
+def test_the_wheel_declares_every_console_script(wheel: zipfile.ZipFile) -> None:
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     parser = configparser.ConfigParser()
     parser.read_string(wheel.read(entry_points).decode())
@@ -49,7 +49,9 @@ def test_the_wheel_declares_the_five_console_scripts(wheel: zipfile.ZipFile) -> 
         "fgpu-runtime-proxy": "runtimeproxy.main:main",
         "fgpu-agent": "agent.main:main",
         "fgpu-scheduler": "scheduler_plugin.main:main",
+        "fgpu-descheduler": "scheduler_plugin.descheduler.main:main",
         "fgpuctl": "fgpuctl.main:main",
+        "kubectl-fgpu": "fgpuctl.kubectl_plugin:main",
         "fgpu-webhook": "webhook.main:main",
     }
 

@@ -94,6 +94,9 @@ def check_matches_request(request: DeviceRequest, allocation: Allocation, gpus: 
         if share.mig_uuid:
             assert gpu.mig_enabled and share.mig_uuid in {m.uuid for m in gpu.mig_instances}
             continue
+        if share.mig_profile:  # an instance the node creates (docs/mig.md)
+            assert gpu.mig_enabled and share.mig_profile in {p.name for p in gpu.mig_profiles}
+            continue
         assert not gpu.mig_enabled, f"a plain share landed on MIG-mode GPU {gpu.uuid}"
         if request.whole:
             assert (share.core_percent, share.memory_bytes) == (100, gpu.memory_bytes)

@@ -21,16 +21,7 @@ pytestmark = [pytest.mark.soak, pytest.mark.containerd]
 SEED = 20261201
 #: Violations already reproduced by a regression test and reported, not yet fixed: they are printed,
 #: not failed on. Remove an entry with the fix (its xfail test then passes strictly).
-KNOWN = (
-    # docs/soak.md, "The 30-minute run": after a containerd restart, API timeouts and a kill -9 of the
-    # leading scheduler close together, some pods that fit are still Pending at the 90 s mark. A
-    # liveness finding, not yet reproduced deterministically; printed here, not failed, until then.
-    ("eventually-running", "not bound and running"),
-    # Not yet triaged (seed 11 step 227): a containerd container left after drain, likely a sandbox
-    # whose RunPodSandbox timed out on the driver's side during a containerd/proxy fault yet was
-    # created; the driver does not list sandboxes by pod UID as kubelet does, so cannot tell.
-    ("no-leaks", "containerd containers"),
-)
+KNOWN: tuple[tuple[str, str], ...] = ()
 CHURN_S = 90.0
 
 

@@ -44,7 +44,7 @@ class Topology(_message.Message):
     def __init__(self, numa_node: _Optional[int] = ..., socket_id: _Optional[int] = ..., pcie_root: _Optional[str] = ..., bus_id: _Optional[str] = ..., nvlink_peers: _Optional[_Iterable[_Union[NVLinkPeer, _Mapping]]] = ...) -> None: ...
 
 class MIGInstance(_message.Message):
-    __slots__ = ("uuid", "profile", "memory_bytes", "slices", "gpu_instance_id", "compute_instance_id", "index")
+    __slots__ = ("uuid", "profile", "memory_bytes", "slices", "gpu_instance_id", "compute_instance_id", "index", "profile_id", "placement_start", "placement_size", "fgpu_created")
     UUID_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,10 @@ class MIGInstance(_message.Message):
     GPU_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_ID_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_START_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_SIZE_FIELD_NUMBER: _ClassVar[int]
+    FGPU_CREATED_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     profile: str
     memory_bytes: int
@@ -59,10 +63,50 @@ class MIGInstance(_message.Message):
     gpu_instance_id: int
     compute_instance_id: int
     index: int
-    def __init__(self, uuid: _Optional[str] = ..., profile: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., slices: _Optional[int] = ..., gpu_instance_id: _Optional[int] = ..., compute_instance_id: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...
+    profile_id: int
+    placement_start: int
+    placement_size: int
+    fgpu_created: bool
+    def __init__(self, uuid: _Optional[str] = ..., profile: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., slices: _Optional[int] = ..., gpu_instance_id: _Optional[int] = ..., compute_instance_id: _Optional[int] = ..., index: _Optional[int] = ..., profile_id: _Optional[int] = ..., placement_start: _Optional[int] = ..., placement_size: _Optional[int] = ..., fgpu_created: _Optional[bool] = ...) -> None: ...
+
+class MIGPlacement(_message.Message):
+    __slots__ = ("start", "size")
+    START_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    size: int
+    def __init__(self, start: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+
+class MIGProfile(_message.Message):
+    __slots__ = ("name", "profile_id", "slices", "memory_bytes", "instance_count", "placements", "multiprocessors", "copy_engines", "decoders", "jpegs", "ofas", "nvml_index")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_ID_FIELD_NUMBER: _ClassVar[int]
+    SLICES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    MULTIPROCESSORS_FIELD_NUMBER: _ClassVar[int]
+    COPY_ENGINES_FIELD_NUMBER: _ClassVar[int]
+    DECODERS_FIELD_NUMBER: _ClassVar[int]
+    JPEGS_FIELD_NUMBER: _ClassVar[int]
+    OFAS_FIELD_NUMBER: _ClassVar[int]
+    NVML_INDEX_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    profile_id: int
+    slices: int
+    memory_bytes: int
+    instance_count: int
+    placements: _containers.RepeatedCompositeFieldContainer[MIGPlacement]
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    jpegs: int
+    ofas: int
+    nvml_index: int
+    def __init__(self, name: _Optional[str] = ..., profile_id: _Optional[int] = ..., slices: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., instance_count: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[MIGPlacement, _Mapping]]] = ..., multiprocessors: _Optional[int] = ..., copy_engines: _Optional[int] = ..., decoders: _Optional[int] = ..., jpegs: _Optional[int] = ..., ofas: _Optional[int] = ..., nvml_index: _Optional[int] = ...) -> None: ...
 
 class GPU(_message.Message):
-    __slots__ = ("uuid", "minor", "index", "vendor", "model", "model_label", "memory_bytes", "health", "health_reason", "topology", "mig_enabled", "mig_instances", "power_limit_watts")
+    __slots__ = ("uuid", "minor", "index", "vendor", "model", "model_label", "memory_bytes", "health", "health_reason", "topology", "mig_enabled", "mig_instances", "power_limit_watts", "mig_profiles")
     UUID_FIELD_NUMBER: _ClassVar[int]
     MINOR_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -76,6 +120,7 @@ class GPU(_message.Message):
     MIG_ENABLED_FIELD_NUMBER: _ClassVar[int]
     MIG_INSTANCES_FIELD_NUMBER: _ClassVar[int]
     POWER_LIMIT_WATTS_FIELD_NUMBER: _ClassVar[int]
+    MIG_PROFILES_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     minor: int
     index: int
@@ -89,7 +134,8 @@ class GPU(_message.Message):
     mig_enabled: bool
     mig_instances: _containers.RepeatedCompositeFieldContainer[MIGInstance]
     power_limit_watts: int
-    def __init__(self, uuid: _Optional[str] = ..., minor: _Optional[int] = ..., index: _Optional[int] = ..., vendor: _Optional[str] = ..., model: _Optional[str] = ..., model_label: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., health: _Optional[_Union[Health, str]] = ..., health_reason: _Optional[str] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., mig_enabled: _Optional[bool] = ..., mig_instances: _Optional[_Iterable[_Union[MIGInstance, _Mapping]]] = ..., power_limit_watts: _Optional[int] = ...) -> None: ...
+    mig_profiles: _containers.RepeatedCompositeFieldContainer[MIGProfile]
+    def __init__(self, uuid: _Optional[str] = ..., minor: _Optional[int] = ..., index: _Optional[int] = ..., vendor: _Optional[str] = ..., model: _Optional[str] = ..., model_label: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., health: _Optional[_Union[Health, str]] = ..., health_reason: _Optional[str] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., mig_enabled: _Optional[bool] = ..., mig_instances: _Optional[_Iterable[_Union[MIGInstance, _Mapping]]] = ..., power_limit_watts: _Optional[int] = ..., mig_profiles: _Optional[_Iterable[_Union[MIGProfile, _Mapping]]] = ...) -> None: ...
 
 class ProcessUsage(_message.Message):
     __slots__ = ("pid", "pod_uid", "container_id", "used_memory_bytes")

@@ -1,10 +1,10 @@
 """Writes the node's Device object and node status/labels, only when they differ.
 
 Each pass reads the Node and the Device (two GETs), compares with what the
-devices say (`agent.reporting`) and writes what differs: the Device is
+devices say (`agent.node_report`) and writes what differs: the Device is
 created when missing (also after someone deleted it), replaced on change
 with the read resourceVersion, and re-read and retried on a 409 conflict.
-API failures propagate as KubeAPIError; `agent.reportloop` retries them with
+API failures propagate as KubeAPIError; `agent.resync_loop` retries them with
 backoff.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from agent import reporting
+from agent import node_report
 from agent.errors import KubeAPIError
 from agent.kube import JSON, Kube
 from apis.devices import NodeDevices
@@ -39,16 +39,16 @@ class KubeReporter:
                         self._node)
             self._warned_no_node = True
         node_uid = ((node or {}).get("metadata") or {}).get("uid")
-        self._write_device(reporting.desired_device(devices, node_uid=node_uid))
+        self._write_device(node_report.desired_device(devices, node_uid=node_uid))
         if node is None:
             return
         self._warned_no_node = False
-        labels = reporting.node_labels_patch(node, reporting.node_labels(devices))
+        labels = node_report.node_labels_patch(node, node_report.node_labels(devices))
         if labels:
             self._kube.patch_node_labels(self._node, labels)
             self._count("node-labels")
-        status = reporting.node_status_patch(
-            node, reporting.node_resources(devices, advertise_nvidia_gpu=self._advertise)
+        status = node_report.node_status_patch(
+            node, node_report.node_resources(devices, advertise_nvidia_gpu=self._advertise)
         )
         if status:
             self._kube.patch_node_status(self._node, status)
@@ -61,8 +61,8 @@ class KubeReporter:
                 if current is None:
                     self._kube.create_device(desired)
                     log.info("created Device %s", self._node)
-                elif reporting.device_differs(current, desired):
-                    self._kube.replace_device(self._node, reporting.merged_device(current, desired))
+                elif node_report.device_differs(current, desired):
+                    self._kube.replace_device(self._node, node_report.merged_device(current, desired))
                 else:
                     return
             except KubeAPIError as err:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.inventory import InventoryError, load_inventory, parse_inventory
+from agent.fakenvml_inventory import InventoryError, load_inventory, parse_inventory
 from tests.agent.helpers import A100_MIG, ALL_INVENTORIES, H100, MIXED, T4
 
 

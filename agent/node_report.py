@@ -2,7 +2,7 @@
 
 Pure: from `NodeDevices` to the desired Device object, node labels and node
 extended resources, and comparisons against what the API server holds. The
-writer (`agent.reporter`) does the I/O and writes only when these say so.
+writer (`agent.node_report_writer`) does the I/O and writes only when these say so.
 
 Extended resources are counted from healthy GPUs that no other device plugin
 holds, so kube-scheduler's own resource fit never counts a GPU fgpu cannot

@@ -1,0 +1,122 @@
+"""A node pool's overcommit settings: one YAML file (the pool's ConfigMap), re-read when it changes.
+
+    # /etc/fgpu/overcommit.yaml, named by the agent config's `overcommit:` key
+    ratio: 1.5              # what the pool's nodes carry as fgpu.io/burstable-ratio (the scheduler's rule)
+    highWater: 0.95         # evict burstable pods when a GPU's memory in use reaches this fraction
+    pressureGrace: 5s       # pressure must last this long first
+    cooldown: 30s           # per GPU, after an eviction
+    evictionGrace: 30s      # the evicted pod's termination grace period; absent: the pod's own
+    retry: 60s              # a pod whose eviction was refused may be chosen again after this
+    interval: 1s            # how often the reclaim loop looks
+    dryRun: false           # decide and report, never evict
+
+Every key is optional. A bad value is refused with the key, the value and the fix; on a reload the
+last good settings stay in force and the error is reported (`SettingsFile.reload`), so a typo in
+the ConfigMap never switches reclaim off.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import yaml
+
+from agent.config import parse_duration
+from agent.errors import ConfigError
+from agent.reclaim import ReclaimPolicy
+
+_MAX_RATIO = 10.0
+
+
+@dataclass(frozen=True)
+class OvercommitSettings:
+    ratio: float = 1.0
+    policy: ReclaimPolicy = field(default_factory=ReclaimPolicy)
+    interval_s: float = 1.0
+    dry_run: bool = False
+
+
+def parse(data: object, *, source: str) -> OvercommitSettings:
+    """Settings from the file's YAML value; raises ConfigError naming the key, value and fix."""
+    if data is None:
+        return OvercommitSettings()
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a mapping of keys such as ratio: 1.5, got {type(data).__name__}")
+    known = ("ratio", "highWater", "pressureGrace", "cooldown", "evictionGrace", "retry", "interval", "dryRun")
+    for key in data:
+        if key not in known:
+            raise ConfigError(f"{source}: unknown key {key!r}; valid keys are {', '.join(known)}")
+    ratio = _number(data, "ratio", 1.0, source=source, low=1.0, high=_MAX_RATIO, example="1.5")
+    high = _number(data, "highWater", 0.95, source=source, low=0.5, high=1.0, example="0.95")
+    dry_run = data.get("dryRun", False)
+    if not isinstance(dry_run, bool):
+        raise ConfigError(f"{source}: dryRun={dry_run!r}: expected true or false")
+    grace_raw = data.get("evictionGrace")
+    eviction_grace = None if grace_raw is None else int(parse_duration(grace_raw, where=f"{source}: evictionGrace"))
+    interval = _duration(data, "interval", 1.0, source=source)
+    if interval <= 0:
+        raise ConfigError(f"{source}: interval={data.get('interval')!r}: must be above 0, e.g. 1s")
+    return OvercommitSettings(
+        ratio=ratio,
+        policy=ReclaimPolicy(
+            high_water=high,
+            pressure_grace_s=_duration(data, "pressureGrace", 5.0, source=source),
+            cooldown_s=_duration(data, "cooldown", 30.0, source=source),
+            eviction_grace_s=eviction_grace,
+            retry_s=_duration(data, "retry", 60.0, source=source),
+        ),
+        interval_s=interval,
+        dry_run=dry_run,
+    )
+
+
+def _number(data: Mapping[str, object], key: str, default: float, *, source: str, low: float, high: float,
+            example: str) -> float:
+    raw = data.get(key, default)
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not low <= float(raw) <= high:
+        raise ConfigError(f"{source}: {key}={raw!r}: expected a number from {low:g} to {high:g}, e.g. {example}")
+    return float(raw)
+
+
+def _duration(data: Mapping[str, object], key: str, default: float, *, source: str) -> float:
+    if key not in data:
+        return default
+    value = parse_duration(data[key], where=f"{source}: {key}")
+    if value < 0:
+        raise ConfigError(f"{source}: {key}={data[key]!r}: must not be negative")
+    return value
+
+
+class SettingsFile:
+    """The file, re-read when its modification time or size changes; the last good value otherwise."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._stamp: tuple[float, int] | None = None
+        self.current = OvercommitSettings()
+        #: the last reload's error ("" when the file read cleanly)
+        self.error = ""
+
+    def reload(self) -> bool:
+        """Re-reads the file if it changed; True when the settings changed. Never raises."""
+        try:
+            stat = os.stat(self.path)
+        except OSError as exc:
+            self.error = f"{self.path}: cannot read it ({exc.strerror}); keeping the settings in force"
+            return False
+        stamp = (stat.st_mtime, stat.st_size)
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            with open(self.path, encoding="utf-8") as handle:
+                settings = parse(yaml.safe_load(handle), source=self.path)
+        except (OSError, yaml.YAMLError, ConfigError) as exc:
+            self.error = f"{exc}; keeping the settings in force"
+            return False
+        self.error = ""
+        changed = settings != self.current
+        self.current = settings
+        return changed

@@ -1,0 +1,1 @@
+"""fgpu-descheduler: moves opted-in, recreatable pods so a pending GPU pod fits (docs/defrag.md)."""

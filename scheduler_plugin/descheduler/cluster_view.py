@@ -1,0 +1,138 @@
+"""The cluster as one descheduler cycle sees it: read from the API, loaded into the scheduler's core.
+
+Everything is read afresh each cycle (Nodes, Devices, pods, PodDisruptionBudgets, namespaces), so
+the controller keeps no state a restart could lose. Bound pods are added to the core with their
+recorded allocations; the ones `safety.why_not_movable` allows become the planner's candidates,
+with the budgets that cover them. Pending pods addressed to fgpu's scheduler become the trigger's
+`Pending`s.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from apis import names
+from apis.allocation import decode_allocation
+from scheduler_plugin import pods as podutil
+from scheduler_plugin.backend_kubernetes import devices_of, node_info
+from scheduler_plugin.core.api import NodeName, PodRequest, PodUID
+from scheduler_plugin.core.defrag_measure import Fragmentation, measure, workload_of
+from scheduler_plugin.core.defrag_planner import Candidate
+from scheduler_plugin.core.demand import FULL_PERCENT, Demand, demand_of, share_milli
+from scheduler_plugin.core.scheduler import Scheduler
+from scheduler_plugin.descheduler import budgets, safety
+from scheduler_plugin.descheduler.triggers import NodeLoad, Pending
+
+MILLI_PER_PERCENT = 10
+
+
+class Reader(Protocol):
+    def list_nodes(self) -> Any: ...
+
+    def list_devices(self) -> Any: ...
+
+    def list_pods(self) -> Any: ...
+
+    def list_pod_disruption_budgets(self) -> Any: ...
+
+    def list_namespaces(self) -> Any: ...
+
+
+@dataclass
+class ClusterView:
+    core: Scheduler
+    candidates: dict[PodUID, Candidate] = field(default_factory=dict)
+    #: budget "namespace/name" -> disruptions it allows now
+    allowances: dict[str, int] = field(default_factory=dict)
+    #: pod key -> uid, for the Events' involvedObject
+    uids: dict[str, str] = field(default_factory=dict)
+    pending: dict[str, tuple[PodRequest, Pending]] = field(default_factory=dict)
+    loads: list[NodeLoad] = field(default_factory=list)
+    idle_by_model: dict[str, int] = field(default_factory=dict)
+    fragmentation: Fragmentation = field(default_factory=lambda: Fragmentation(0.0, 0, 0))
+
+
+def _age_s(pod: Mapping[str, Any], now: datetime.datetime) -> float:
+    stamp = podutil.meta(pod).get("creationTimestamp")
+    if not stamp:
+        return 0.0
+    try:
+        created = datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return max(0.0, (now - created).total_seconds())
+
+
+def load(reader: Reader, *, policy: str, now: datetime.datetime) -> ClusterView:
+    view = ClusterView(core=Scheduler(policy=policy))
+    core = view.core
+    for node in reader.list_nodes().items:
+        core.upsert_node_info(node_info(node))
+    for obj in reader.list_devices().items:
+        devices = devices_of(obj)
+        if devices is not None:
+            core.upsert_node_devices(devices)
+    namespaces = {
+        str(podutil.meta(ns).get("name")): podutil.meta(ns).get("labels") or {} for ns in reader.list_namespaces().items
+    }
+    pdbs = list(reader.list_pod_disruption_budgets().items)
+    view.allowances = budgets.allowances(pdbs)
+    demands: list[Demand] = []
+    for pod in reader.list_pods().items:
+        key = podutil.key(pod)
+        view.uids[key] = str(podutil.uid(pod))
+        if podutil.holds_resources(pod):
+            request, _ = podutil.request_of_bound(pod, rules=None)
+            text = podutil.annotations_of(pod).get(names.DEVICE_ALLOCATED)
+            try:
+                allocation = decode_allocation(text) if text else None
+            except ValueError:
+                allocation = None
+            node = NodeName(podutil.node_name(pod))
+            core.add_pod(request, node, allocation)
+            demands.append(demand_of(request))
+            covering = budgets.covering(pdbs, pod)
+            # The Eviction API refuses a pod under two budgets (500): such a pod cannot move.
+            if len(covering) <= 1 and not safety.why_not_movable(pod, namespaces.get(str(podutil.meta(pod).get("namespace")))):
+                view.candidates[request.uid] = Candidate(request=request, node=node, budgets=covering)
+        elif podutil.wants_us(pod):
+            try:
+                request = podutil.request_of(pod, rules=None)
+            except ValueError:
+                continue
+            if request.device is None:
+                continue
+            demand = demand_of(request)
+            demands.append(demand)
+            view.pending[key] = (
+                request,
+                Pending(key=key, age_s=_age_s(pod, now), gpu_milli=demand.gpus * share_milli(demand), models=request.model_use),
+            )
+    view.fragmentation = measure(core, workload_of(demands))
+    _loads(view)
+    return view
+
+
+def _loads(view: ClusterView) -> None:
+    movable_on: Counter[str] = Counter(str(c.node) for c in view.candidates.values() if c.request.device is not None)
+    idle: Counter[str] = Counter()
+    for node in view.core.node_views():
+        usable = [g for g in node.gpus if g.device.healthy and not g.device.mig_enabled and not g.held_externally]
+        uids = {share.uid for g in node.gpus for share in g.pods}
+        movable = sum(1 for uid in uids if uid in view.candidates)
+        for gpu in usable:
+            idle[gpu.device.model_label] += (FULL_PERCENT - gpu.allocated_core_percent) * MILLI_PER_PERCENT
+        view.loads.append(
+            NodeLoad(
+                name=str(node.name),
+                gpus=len(usable),
+                allocated_milli=sum(g.allocated_core_percent for g in node.gpus) * MILLI_PER_PERCENT,
+                gpu_pods=len(uids),
+                movable_gpu_pods=min(movable, movable_on[str(node.name)]),
+            )
+        )
+    view.idle_by_model = dict(idle)
