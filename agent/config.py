@@ -22,6 +22,7 @@
     scheduler: ""                # ReportDevices to an embedded-state scheduler: unix:///PATH or HOST:PORT
     schedulerTLS: {caFile: /etc/fgpu/tls/ca.crt, certFile: /etc/fgpu/tls/agent.crt, keyFile: /etc/fgpu/tls/agent.key}
                                  # mutual TLS to a scheduler beyond loopback (serverName: to check another name)
+    overcommit: ""               # the pool's overcommit settings file (docs/overcommit.md); empty: no reclaim
 
 Unknown keys and bad values are refused with the key, the value and the fix.
 """
@@ -96,6 +97,9 @@ class AgentConfig:
     proc_root: str = "/proc"
     sysfs_root: str = "/sys"
     nvml_retry_max_s: float = 60.0
+    #: The node pool's overcommit settings file (agent/reclaim_settings.py), re-read on change;
+    #: "" runs no reclaim and leaves the node's burstable-ratio label alone.
+    overcommit: str = ""
 
 
 _KEYS: dict[str, str] = {
@@ -126,6 +130,7 @@ _KEYS: dict[str, str] = {
     "procRoot": "proc_root",
     "sysfsRoot": "sysfs_root",
     "nvmlRetryMax": "nvml_retry_max_s",
+    "overcommit": "overcommit",
 }
 _TLS_KEYS = {"caFile": "ca_file", "certFile": "cert_file", "keyFile": "key_file", "serverName": "server_name"}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -223,6 +228,11 @@ def validate(config: AgentConfig, *, source: str) -> None:
                 "socket as kubelet's --container-runtime-endpoint, e.g. unix:///run/containerd/containerd.sock, "
                 "or leave it empty"
             ) from None
+    if config.overcommit and not config.overcommit.startswith("/"):
+        raise ConfigError(
+            f"{source}: overcommit={config.overcommit!r} must be an absolute path to the pool's overcommit settings "
+            "file, e.g. /etc/fgpu/overcommit/overcommit.yaml, or empty (no reclaim)"
+        )
     if config.state_dir and not config.state_dir.startswith("/"):
         raise ConfigError(f"{source}: stateDir={config.state_dir!r} must be an absolute path (or empty)")
     if config.metrics_listen:

@@ -8,6 +8,8 @@
                     ◄── LedgerRebuilder (at start, and with the sweep until one listing succeeds)
     MIGLifecycle ◄── HookServer (create at PreCreateContainer, destroy at PostStopPodSandbox)
                  ◄── start and the sweep (reconcile) ──► NVMLWorker.rediscover ──► reports
+    ReportLoop("mig-mode") ─► MIGModeSwitch (Node requests of fgpuctl mig) ─► MIGLifecycle, NVML, Node
+    ReclaimService (with `overcommit:` and Kubernetes) ◄── NodeState usage ──► pod deletions, Events
 
 Start order: the NVML worker, then (with a pod source) one ledger rebuild once
 the first discovery is in, then the MIG reconcile (instances fgpu made that no
@@ -45,6 +47,7 @@ from agent.kube import Kube
 from agent.ledger_rebuild import LedgerRebuilder
 from agent.metrics import AgentMetrics
 from agent.mig_lifecycle import MIGLifecycle, MIGReporter
+from agent.mig_mode_switch import MIGModeSwitch
 from agent.mig_nvml import MIGNode, OwnedFile
 from agent.node_report_writer import KubeReporter
 from agent.nodestate import NodeState
@@ -52,6 +55,10 @@ from agent.nvmlapi import NVML
 from agent.nvmlworker import NVMLWorker
 from agent.pcitopology import PciTopologySource
 from agent.podsources import KubePods, RuntimePods
+from agent.reclaim import ReclaimPolicy
+from agent.reclaim_loop import ReclaimLoop
+from agent.reclaim_service import ReclaimService
+from agent.reclaim_settings import SettingsFile
 from agent.resync_loop import ReportLoop
 from agent.schedclient import SchedulerReporter
 from apis.devices import NodeDevices
@@ -135,6 +142,7 @@ class Agent:
                 target="isolation", report=self.isolation.report, resync_s=config.report_resync_s, metrics=self.metrics
             ))
         self.kube_reporter: KubeReporter | None = None
+        self.mig_mode: MIGModeSwitch | None = None
         #: Not in `loops`: device changes say nothing about pods; they poke it only while the
         #: ledger rebuild still waits for GPUs.
         self.sweep_loop: ReportLoop | None = None
@@ -184,6 +192,16 @@ class Agent:
                     metrics=self.metrics,
                 )
             )
+            # `fgpuctl mig enable|disable` requests on the Node (docs/mig.md, "Mode changes").
+            self.mig_mode = MIGModeSwitch(
+                node_name=node_name, kube=kube, nvml=nvml, mig=self.mig, ledger=self.ledger,
+                devices=self.state.devices, ledger_complete=self._ledger_complete, changed=self.worker.rediscover,
+            )
+            switch = self.mig_mode
+            self.loops.append(ReportLoop(
+                target="mig-mode", report=lambda: switch.report() if self.state.ready() else None,
+                resync_s=config.report_resync_s, metrics=self.metrics,
+            ))
         if scheduler is not None:
             sched = scheduler
             resync = _Resync(config.report_resync_s, clock)
@@ -194,6 +212,19 @@ class Agent:
                     resync_s=config.report_resync_s,
                     metrics=self.metrics,
                 )
+            )
+        self.reclaim: ReclaimService | None = None
+        if config.overcommit and kube is None:
+            log.warning("overcommit=%s is set, but reclaim evicts through Kubernetes, which this agent has no client "
+                        "for: no reclaim", config.overcommit)
+        elif config.overcommit and kube is not None:
+            self.reclaim = ReclaimService(
+                settings=SettingsFile(config.overcommit),
+                loop=ReclaimLoop(
+                    node_name=node_name, kube=kube, keys=self._keys.verifying_keys, devices=self.state.devices,
+                    usage=self.state.usage, policy=ReclaimPolicy(), registry=self.metrics.registry, clock=clock,
+                ),
+                node_name=node_name, isolation=config.isolation, labels=kube,
             )
         self._kube = kube
         self._scheduler = scheduler
@@ -212,6 +243,8 @@ class Agent:
             loop.start()
         if self.sweep_loop is not None:
             self.sweep_loop.start()
+        if self.reclaim is not None:
+            self.reclaim.start()
         if self.config.metrics_listen:
             host, _, port = self.config.metrics_listen.rpartition(":")
             self._metrics_server, _thread = start_http_server(int(port), addr=host or "0.0.0.0", registry=self.metrics.registry)
@@ -221,6 +254,8 @@ class Agent:
     def stop(self, grace: float = 5.0) -> None:
         log.info("fgpu agent stopping")
         self.hook.stop(grace)
+        if self.reclaim is not None:
+            self.reclaim.stop(grace)
         for loop in self.loops:
             loop.stop(grace)
         if self.sweep_loop is not None:

@@ -251,8 +251,11 @@ class FakeNVML(FakeMIGCalls):
         g = self._gpu("nvmlDeviceGetMigMode", handle)
         if g.mig_enabled is None or handle.mig_index >= 0:
             raise _error("NotSupported")
-        mode = pynvml.NVML_DEVICE_MIG_ENABLE if g.mig_enabled else pynvml.NVML_DEVICE_MIG_DISABLE
-        return [mode, mode]
+        def mode(enabled: bool | None) -> int:
+            return int(pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE)
+
+        with self._cond:  # [current, pending]: a set mode waits for a GPU reset (agent/mig_fakenvml.py)
+            return [mode(g.mig_enabled), mode(self._mig_pending.get(g.index, g.mig_enabled))]
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeHandle) -> int:
         g = self._gpu("nvmlDeviceGetMaxMigDeviceCount", handle)

@@ -65,6 +65,14 @@ class Kube:
         return _json(self._call(self._core.patch_node, name=name, body={"metadata": {"labels": labels}},
                                 _content_type=_MERGE_PATCH))
 
+    def patch_node_annotations(self, name: str, annotations: dict[str, str | None], *, resource_version: str = "") -> JSON:
+        """Merge-patches annotations; a None value removes one. With `resource_version`, 409 when the
+        Node changed since it was read (so a key removed here is the one that was read)."""
+        metadata: JSON = {"annotations": annotations}
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        return _json(self._call(self._core.patch_node, name=name, body={"metadata": metadata}, _content_type=_MERGE_PATCH))
+
     def patch_node_status(self, name: str, status: JSON) -> JSON:
         return _json(self._call(self._core.patch_node_status, name=name, body={"status": status},
                                 _content_type=_MERGE_PATCH))
@@ -89,12 +97,16 @@ class Kube:
             raise KubeAPIError(f"Kubernetes API: pod list has items={items!r}, expected a list")
         return [item for item in items if isinstance(item, dict)]
 
-    def evict_pod(self, namespace: str, name: str, *, grace_period_s: int | None = None) -> None:
-        """POST the pod's eviction (policy/v1 Eviction): PodDisruptionBudgets apply, 429 when one refuses."""
-        body: JSON = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+    def delete_pod(self, namespace: str, name: str, *, uid: str, grace_period_s: int | None = None) -> None:
+        """DELETE the pod, only if it is still the one with `uid` (409 otherwise); 404 when it is gone.
+
+        Reclaim deletes rather than evicts (docs/overcommit.md): an admission policy can check a
+        delete against the pod's node (`oldObject`), never an eviction, whose object is the Eviction.
+        """
+        body: JSON = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         if grace_period_s is not None:
-            body["deleteOptions"] = {"gracePeriodSeconds": grace_period_s}
-        self._call(self._core.create_namespaced_pod_eviction, name=name, namespace=namespace, body=body)
+            body["gracePeriodSeconds"] = grace_period_s
+        self._call(self._core.delete_namespaced_pod, name=name, namespace=namespace, body=body)
 
     # --- the Device custom resource ------------------------------------------------------
 

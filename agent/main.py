@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -29,7 +30,7 @@ from agent import node_report, nvml_library
 from agent.backendcheck import HostFiles
 from agent.cgroups import PidResolver
 from agent.checkpoint import CheckpointReader
-from agent.config import AgentConfig, load_config_file, resolve_node_name, with_overrides
+from agent.config import AgentConfig, load_config_file, mig_record_path, resolve_node_name, with_overrides
 from agent.daemon import Agent
 from agent.errors import AgentError, ConfigError
 from agent.fakenvml_inventory import InventoryError, load_inventory
@@ -37,6 +38,8 @@ from agent.health import HealthTracker
 from agent.isolation import registry as isolation_registry
 from agent.kube import Kube
 from agent.metrics import AgentMetrics
+from agent.mig_lifecycle import mark_created
+from agent.mig_nvml import OwnedFile
 from agent.node_report_writer import KubeReporter
 from agent.nodestate import NodeState
 from agent.nvmlapi import NVML
@@ -141,7 +144,9 @@ def node_document(devices: NodeDevices, *, advertise_nvidia_gpu: bool) -> dict[s
 
 
 def run_once(config: AgentConfig, *, node_name: str, print_what: str | None) -> int:
-    devices = discover_once(config, node_name=node_name)
+    # fgpu_created from the node's MIG record, as the daemon's reports have it: a one-shot report
+    # must not offer fgpu's instances as an operator's.
+    devices = mark_created(discover_once(config, node_name=node_name), OwnedFile(Path(mig_record_path(config))))
     if devices.discovery_error:
         log.error("%s", devices.discovery_error)
     if print_what == "device":

@@ -13,9 +13,17 @@ them as the driver does and fails with the driver's error:
   `NVMLError_InUse`;
 - a GPU without MIG, or not in MIG mode: `NVMLError_NotSupported`.
 
+A mode change follows nvml.h: `nvmlDeviceSetMigMode` sets the *pending* mode and
+tries to activate it with a GPU reset, returning the activation status:
+NVML_SUCCESS when the GPU was idle (the current mode is then the new one),
+NVML_ERROR_IN_USE when processes run on it or another client holds it open
+(`hold_open`, as DCGM would), NVML_ERROR_RESET_REQUIRED on a platform that cannot
+reset the GPU (`needs_reboot`, as a pass-through VM). A pending mode becomes current
+at the next successful set or at `reboot`.
+
 Simplifications (docs/mig.md): a compute instance always spans its whole GPU
-instance (what fgpu creates); a mode change applies at once when the GPU is idle
-(the reset a real GPU needs is assumed to succeed). Instances listed in the
+instance (what fgpu creates); a mode change while GPU instances exist raises
+`NVMLError_InUse` (not checked against a driver). Instances listed in the
 inventory get the first placements that fit them together, since an inventory
 names profiles, not placements.
 """
@@ -84,6 +92,11 @@ class FakeMIGCalls:
     _gpus: list[GPUSpec]
     _gis: dict[int, dict[int, _GI]]
     _mig_serial: int
+    #: GPU index -> the MIG mode that becomes current at the next reset (absent: the current one).
+    _mig_pending: dict[int, bool]
+    #: GPUs another client holds open (a reset fails), and GPUs that only a reboot resets.
+    _held_open: set[int]
+    _reboot_only: set[int]
     _gpu: Callable[[str, Any], GPUSpec]
     _checked: Callable[[str], None]
     #: The GPU handle of an index (fakenvml.FakeHandle, which this module cannot import without a circle).
@@ -92,6 +105,9 @@ class FakeMIGCalls:
     def _init_mig(self) -> None:
         self._gis = {}
         self._mig_serial = 0
+        self._mig_pending = {}
+        self._held_open = set()
+        self._reboot_only = set()
         for g in self._gpus:
             table = mig.profiles_for_model(g.name, g.memory_bytes)
             if not table or not g.mig_instances:
@@ -258,14 +274,53 @@ class FakeMIGCalls:
     # --- pynvml: MIG mode --------------------------------------------------------------------
 
     def nvmlDeviceSetMigMode(self, handle: Any, mode: int) -> int:
+        """Sets the pending mode and returns the activation status (pynvml returns it, nvml.h writes it out)."""
         g = self._mig_gpu("nvmlDeviceSetMigMode", handle)
         if mode not in (pynvml.NVML_DEVICE_MIG_ENABLE, pynvml.NVML_DEVICE_MIG_DISABLE):
             raise _error("InvalidArgument")
         with self._cond:
-            if self._gis.get(g.index) or g.mig_instances or g.processes:
+            if self._gis.get(g.index) or g.mig_instances:
                 raise _error("InUse")
-            self._gpus[g.index] = replace(g, mig_enabled=mode == pynvml.NVML_DEVICE_MIG_ENABLE)
-        return 0  # NVML_SUCCESS: the (assumed) reset went through
+            self._mig_pending[g.index] = mode == pynvml.NVML_DEVICE_MIG_ENABLE
+            return self._activate(g.index)
+
+    # --- controls for tests: what holds a GPU reset back -------------------------------------
+
+    def hold_open(self, index: int, held: bool = True) -> None:
+        """Another client (DCGM, a monitoring agent) keeps GPU `index` open: its reset fails (in use)."""
+        with self._cond:
+            (self._held_open.add if held else self._held_open.discard)(index)
+
+    def needs_reboot(self, index: int, only: bool = True) -> None:
+        """GPU `index` cannot be reset in place (GPU pass-through to a VM): a new mode waits for `reboot`."""
+        with self._cond:
+            (self._reboot_only.add if only else self._reboot_only.discard)(index)
+
+    def reboot(self, index: int) -> None:
+        """The node restarts: processes and MIG instances are gone, and the pending mode is current."""
+        with self._cond:
+            g = self._gpus[index]
+            self._gis[index] = {}
+            self._held_open.discard(index)
+            pending = self._mig_pending.pop(index, g.mig_enabled)
+            self._gpus[index] = replace(g, processes=(), mig_instances=(), mig_enabled=pending)
+
+    def mig_pending(self, index: int) -> bool | None:
+        with self._cond:
+            return self._mig_pending.get(index, self._gpus[index].mig_enabled)
+
+    def _activate(self, index: int) -> int:
+        g = self._gpus[index]
+        pending = self._mig_pending.get(index, g.mig_enabled)
+        if pending == g.mig_enabled:
+            return int(pynvml.NVML_SUCCESS)
+        if index in self._reboot_only:
+            return int(pynvml.NVML_ERROR_RESET_REQUIRED)
+        if g.processes or index in self._held_open:
+            return int(pynvml.NVML_ERROR_IN_USE)
+        self._gpus[index] = replace(g, mig_enabled=pending)
+        del self._mig_pending[index]
+        return int(pynvml.NVML_SUCCESS)
 
     # --- internals ---------------------------------------------------------------------------
 

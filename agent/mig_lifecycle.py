@@ -30,7 +30,7 @@ from dataclasses import replace
 from agent import nvmlapi
 from agent.admissions import AdmissionLedger, Hold
 from agent.metrics import AgentMetrics
-from agent.mig_manager import Instance, Want, owned_now
+from agent.mig_manager import Instance, Want, owned_now, resolve_intents
 from agent.mig_nvml import MIGError, MIGNode, OwnedFile
 from apis.devices import NodeDevices
 
@@ -116,21 +116,20 @@ class MIGLifecycle:
             return self._reconcile(scope=None)
 
     def mark(self, devices: NodeDevices) -> NodeDevices:
-        """`devices` with `fgpu_created` set on the MIG instances fgpu made (record or live allocation)."""
-        if not any(g.mig_instances for g in devices.gpus):
-            return devices
-        instances = [
-            Instance(g.uuid, m.gpu_instance_id, m.profile, m.placement_start, uuid=m.uuid)
-            for g in devices.gpus for m in g.mig_instances
-        ]
-        owned = {(o.gpu_uuid, o.gi_id) for o in owned_now(instances, self._record.read())}
-        gpus = tuple(
-            replace(g, mig_instances=tuple(
-                replace(m, fgpu_created=(g.uuid, m.gpu_instance_id) in owned) for m in g.mig_instances
-            )) if g.mig_instances else g
-            for g in devices.gpus
-        )
-        return replace(devices, gpus=gpus)
+        """`devices` with `fgpu_created` set on the MIG instances fgpu made (the record, as NVML confirms it)."""
+        return mark_created(devices, self._record)
+
+    def instances_of(self, gpu_uuid: str) -> list[tuple[Instance, bool]]:
+        """The GPU's MIG instances as NVML shows them, each with whether it is fgpu's."""
+        return self._node.owned([gpu_uuid])
+
+    def clear(self, gpu_uuid: str) -> list[Instance]:
+        """Destroys fgpu's instances on the GPU that no admitted pod holds and nothing runs on
+        (before the GPU leaves MIG mode); only once the ledger is complete."""
+        with self._ledger.lock:
+            if not self._complete():
+                return []
+            return self._node.reconcile([gpu_uuid], self.live())
 
     def _reconcile(self, *, scope: list[Want] | None) -> list[Instance]:
         devices = self._devices()
@@ -147,3 +146,28 @@ class MIGLifecycle:
             # A GPU lost mid-way: nothing is destroyed on a guess; the next pass tries again.
             log.warning("MIG reconcile skipped: %s", nvmlapi.error_text(err))
             return []
+
+
+def mark_created(devices: NodeDevices, record: OwnedFile) -> NodeDevices:
+    """`devices` with `fgpu_created` set on the MIG instances `record` lists and NVML confirms.
+
+    The daemon's reports and `fgpu-agent --once` both go through here, so both say the same.
+    """
+    if not any(g.mig_instances for g in devices.gpus):
+        return devices
+    instances = [
+        Instance(g.uuid, m.gpu_instance_id, m.profile, m.placement_start, uuid=m.uuid)
+        for g in devices.gpus for m in g.mig_instances
+    ]
+    loaded = record.load()
+    # An intent not settled yet (an agent that stopped mid-create; the next reconcile records it)
+    # already counts: the report must not offer fgpu's instance as an operator's meanwhile.
+    recorded = loaded.owned | resolve_intents(instances, loaded.owned, loaded.intents)
+    owned = {(o.gpu_uuid, o.gi_id) for o in owned_now(instances, recorded)}
+    gpus = tuple(
+        replace(g, mig_instances=tuple(
+            replace(m, fgpu_created=(g.uuid, m.gpu_instance_id) in owned) for m in g.mig_instances
+        )) if g.mig_instances else g
+        for g in devices.gpus
+    )
+    return replace(devices, gpus=gpus)

@@ -4,11 +4,18 @@ Pure functions over plain values; `agent.mig_nvml` reads NVML into them and
 carries the actions out.
 
 Which instances are fgpu's (docs/mig.md): an instance is fgpu's when the
-node-local record (written by `agent.mig_nvml.OwnedFile` right after each create)
+node-local record (written by `agent.mig_nvml.OwnedFile` around each create)
 lists it with the same GPU, GPU instance id, profile and placement as NVML shows
 now. Everything else is an operator's, and fgpu never destroys it. A record entry
 NVML no longer shows is dropped; one whose profile or placement differs from what
 NVML shows is not trusted (the GPU instance id was reused by someone else).
+
+A create is announced first: an `Intent` (GPU, profile, placement) goes into the
+record before NVML is asked, and becomes an `Owned` entry once the instance
+exists. An intent found later was left by an agent that stopped mid-create
+(`resolve_intents`): an instance of that profile at that placement that the record
+does not list yet is the one it made (the placement was free when fgpu asked, or
+fgpu would not have asked); with nothing there, the intent is dropped.
 
 A live pod's allocation never makes an instance fgpu's, though it keeps fgpu's
 from being destroyed: a signed allocation naming the place where an operator's
@@ -43,6 +50,15 @@ class Owned:
 
     gpu_uuid: str
     gi_id: int
+    profile: str
+    placement_start: int
+
+
+@dataclass(frozen=True)
+class Intent:
+    """A create fgpu is about to ask NVML for, recorded first (the GPU instance id is not known yet)."""
+
+    gpu_uuid: str
     profile: str
     placement_start: int
 
@@ -88,6 +104,24 @@ def owned_now(instances: Iterable[Instance], record: Iterable[Owned]) -> frozens
     return frozenset(
         entry for i in instances if (entry := Owned(i.gpu_uuid, i.gi_id, i.profile, i.placement_start)) in recorded
     )
+
+
+def resolve_intents(instances: Iterable[Instance], recorded: Iterable[Owned], intents: Iterable[Intent]) -> frozenset[Owned]:
+    """The record entries an interrupted create left as intents: the instance each one made, if any.
+
+    `instances`: what NVML shows now on the intents' GPUs. An intent whose placement holds an
+    instance of its profile that the record does not list yet names fgpu's instance; one with
+    nothing there (the agent stopped before NVML created it, or NVML refused) yields nothing.
+    """
+    known = {(o.gpu_uuid, o.gi_id) for o in recorded}
+    out = set()
+    for intent in intents:
+        for i in instances:
+            if (i.gpu_uuid, i.placement_start, i.profile) != (intent.gpu_uuid, intent.placement_start, intent.profile):
+                continue
+            if (i.gpu_uuid, i.gi_id) not in known:
+                out.add(Owned(i.gpu_uuid, i.gi_id, i.profile, i.placement_start))
+    return frozenset(out)
 
 
 def for_allocation(

@@ -24,6 +24,7 @@ NVMLError_NotFound: type[Exception] = pynvml.NVMLError_NotFound
 NVMLError_Unknown: type[Exception] = pynvml.NVMLError_Unknown
 NVMLError_InsufficientResources: type[Exception] = pynvml.NVMLError_InsufficientResources
 NVMLError_InUse: type[Exception] = pynvml.NVMLError_InUse
+NVMLError_NoPermission: type[Exception] = pynvml.NVMLError_NoPermission
 
 NVML_FEATURE_ENABLED: int = pynvml.NVML_FEATURE_ENABLED
 NVML_DEVICE_MIG_ENABLE: int = pynvml.NVML_DEVICE_MIG_ENABLE

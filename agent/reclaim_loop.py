@@ -7,13 +7,17 @@ Each `cycle()`:
    limit are read from its *verified* allocation only (the signed `fgpu.io/burstable-limit`), its
    priority from `spec.priority`; a pod whose signature does not check out counts as guaranteed,
    so it can never be chosen;
-3. `reclaim.decide` chooses; each choice is evicted through the Eviction API (PodDisruptionBudgets
-   apply: a 429 leaves the pod running and it may be chosen again later), with an Event on the pod
-   (`BurstableEvicted`) and the metric `fgpu_agent_reclaim_evictions_total{gpu, result}`.
+3. `reclaim.decide` chooses; each choice is deleted with its termination grace and a UID
+   precondition (a pod recreated under the same name is never hit), as kubelet's node-pressure
+   eviction does: not through the Eviction API, whose PodDisruptionBudgets could hold a burstable
+   pod while guaranteed ones run out of memory, and which no admission policy can confine to the
+   agent's own node (docs/overcommit.md). An Event on the pod (`BurstableEvicted`) and the metric
+   `fgpu_agent_reclaim_evictions_total{gpu, result}` tell the cluster.
 
-`dry_run` decides and reports without evicting. Errors are logged and counted; the loop never
-raises, so a bad cycle cannot stop the daemon. The policy may be swapped between cycles
-(`set_policy`, the config's hot reload).
+The pod listing is reused for `pods_refresh_s` (one list per node and cycle would load the API
+server); the UID precondition makes a stale listing safe. `dry_run` decides and reports without
+evicting. Errors are logged and counted; the loop never raises, so a bad cycle cannot stop the
+daemon. The policy may be swapped between cycles (`configure`, the settings file's hot reload).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ JSON = dict[str, Any]
 
 
 class EvictionAPI(Protocol):
-    def evict_pod(self, namespace: str, name: str, *, grace_period_s: int | None = None) -> None: ...
+    def delete_pod(self, namespace: str, name: str, *, uid: str, grace_period_s: int | None = None) -> None: ...
 
     def create_event(self, namespace: str, body: JSON) -> JSON: ...
 
@@ -59,6 +63,7 @@ class ReclaimLoop:
         policy: ReclaimPolicy,
         registry: CollectorRegistry,
         dry_run: bool = False,
+        pods_refresh_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
@@ -72,22 +77,25 @@ class ReclaimLoop:
         self._clock = clock
         self._now = now
         self._memory = ReclaimMemory()
+        self._pods_refresh_s = pods_refresh_s
+        self._pods: tuple[float, list[JSON]] | None = None
         self._lock = threading.Lock()
         self.evictions = Counter(
             names.METRIC_RECLAIM_EVICTIONS,
             "Burstable pods the agent evicted (or, in dry run, would have) to give GPU memory back; "
-            "result: evicted, refused (a PodDisruptionBudget or the API said no), dry_run.",
+            "result: evicted, refused (the API said no: the pod was gone or replaced), dry_run.",
             ["gpu", "result"], registry=registry,
         )
 
-    def set_policy(self, policy: ReclaimPolicy) -> None:
+    def configure(self, policy: ReclaimPolicy, *, dry_run: bool) -> None:
         with self._lock:
             self._policy = policy
+            self._dry_run = dry_run
 
     def cycle(self) -> Verdict:
         """One pass; never raises (a failing read or eviction is logged)."""
         with self._lock:
-            policy = self._policy
+            policy, dry_run = self._policy, self._dry_run
         try:
             gpus = self.observe()
         except Exception:
@@ -98,15 +106,16 @@ class ReclaimLoop:
         for uuid in verdict.stuck:
             log.warning("reclaim: GPU %s is under memory pressure but holds no burstable pod to evict", uuid)
         for eviction in verdict.evictions:
-            self._evict(eviction, policy)
+            self._evict(eviction, policy, dry_run=dry_run)
+        if verdict.evictions and not dry_run:
+            self._pods = None  # the next cycle sees the evicted pods terminating
         return verdict
 
     def observe(self) -> list[GPUMemory]:
         """The node as the decision sees it: each GPU's memory and the pods on it."""
         devices = self._devices()
         sizes = {g.uuid: g.memory_bytes for g in devices.gpus}
-        shares = pod_shares(self._kube.list_pods_on_node(self._node), keys=self._keys(), node_name=self._node,
-                            sizes=sizes)
+        shares = pod_shares(self._list_pods(), keys=self._keys(), node_name=self._node, sizes=sizes)
         out = []
         for usage in self._usage():
             if usage.error or usage.uuid not in sizes:
@@ -126,17 +135,23 @@ class ReclaimLoop:
                                  pods=pods))
         return out
 
-    def _evict(self, eviction: Eviction, policy: ReclaimPolicy) -> None:
+    def _list_pods(self) -> list[JSON]:
+        now = self._clock()
+        if self._pods is None or now - self._pods[0] >= self._pods_refresh_s or now < self._pods[0]:
+            self._pods = (now, self._kube.list_pods_on_node(self._node))
+        return self._pods[1]
+
+    def _evict(self, eviction: Eviction, policy: ReclaimPolicy, *, dry_run: bool) -> None:
         pod = eviction.pod
         overuse = max(0, pod.overuse) >> 20
         message = (f"evicted to give GPU memory back: {eviction.reason}; the pod used {pod.used_bytes >> 20} MiB, "
                    f"{overuse} MiB over its request (burstable, priority {pod.priority})")
-        if self._dry_run:
+        if dry_run:
             self.evictions.labels(gpu=eviction.gpu_uuid, result="dry_run").inc()
             log.info("reclaim (dry run): would evict %s/%s: %s", pod.namespace, pod.name, message)
             return
         try:
-            self._kube.evict_pod(pod.namespace, pod.name, grace_period_s=policy.eviction_grace_s)
+            self._kube.delete_pod(pod.namespace, pod.name, uid=pod.pod_uid, grace_period_s=policy.eviction_grace_s)
         except Exception as exc:
             self.evictions.labels(gpu=eviction.gpu_uuid, result="refused").inc()
             log.warning("reclaim: eviction of %s/%s refused: %s", pod.namespace, pod.name, exc)

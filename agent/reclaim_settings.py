@@ -96,6 +96,8 @@ class SettingsFile:
         self.path = path
         self._stamp: tuple[float, int] | None = None
         self.current = OvercommitSettings()
+        #: True once the file has read cleanly; until then `current` is only the defaults
+        self.loaded = False
         #: the last reload's error ("" when the file read cleanly)
         self.error = ""
 
@@ -104,7 +106,8 @@ class SettingsFile:
         try:
             stat = os.stat(self.path)
         except OSError as exc:
-            self.error = f"{self.path}: cannot read it ({exc.strerror}); keeping the settings in force"
+            kept = "keeping the settings in force" if self.loaded else "reclaim waits for the file"
+            self.error = f"{self.path}: cannot read it ({exc.strerror}); {kept}"
             return False
         stamp = (stat.st_mtime, stat.st_size)
         if stamp == self._stamp:
@@ -114,9 +117,11 @@ class SettingsFile:
             with open(self.path, encoding="utf-8") as handle:
                 settings = parse(yaml.safe_load(handle), source=self.path)
         except (OSError, yaml.YAMLError, ConfigError) as exc:
-            self.error = f"{exc}; keeping the settings in force"
+            kept = "keeping the settings in force" if self.loaded else "reclaim waits for a valid file"
+            self.error = f"{exc}; {kept}"
             return False
         self.error = ""
-        changed = settings != self.current
+        changed = settings != self.current or not self.loaded
         self.current = settings
+        self.loaded = True
         return changed

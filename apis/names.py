@@ -70,6 +70,15 @@ GPU_MODE: Final = "fgpu.io/gpu-mode"
 MIG_MODE_REQUEST_PREFIX: Final = "fgpu.io/mig-mode."
 MIG_MODE_ENABLED: Final = "enabled"
 MIG_MODE_DISABLED: Final = "disabled"
+#: Node annotation prefix of the agent's answer to a MIG mode request, one key per GPU:
+#: `fgpu.io/mig-mode-status.<GPU UUID>` = the JSON of `apis.mig_mode.ModeStatus` (state, mode, message).
+#: The agent writes it on every change of the answer; fgpuctl mig clears it with a new request.
+MIG_MODE_STATUS_PREFIX: Final = "fgpu.io/mig-mode-status."
+#: Reasons of the agent's Events on its Node about a MIG mode request (docs/mig.md).
+EVENT_MIG_MODE_CHANGED: Final = "MIGModeChanged"
+EVENT_MIG_MODE_WAITING: Final = "MIGModeWaiting"
+EVENT_MIG_MODE_RESET_PENDING: Final = "MIGModeResetPending"
+EVENT_MIG_MODE_FAILED: Final = "MIGModeFailed"
 
 #: Burstable GPU shares (apis/overcommit.py, docs/overcommit.md). Kubernetes refuses request != limit on
 #: extended resources, so the tier and its limits are annotations: `fgpu.io/gpu-qos: burstable` with

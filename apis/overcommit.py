@@ -43,11 +43,11 @@ never the annotation.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from fractions import Fraction
 
 from apis import names
-from apis.device_request import DeviceRequest
+from apis.device_request import Burst, DeviceRequest
 from apis.quantity import QuantityError, format_bytes, parse_quantity
 
 #: Every annotation this module reads (for memoizing checks by what they read).
@@ -56,50 +56,15 @@ _LIMITS = (names.GPU_CORE_LIMIT, names.GPU_MEMORY_LIMIT, names.GPU_MEMORY_RATIO_
 _FULL = 100
 
 
-@dataclass(frozen=True)
-class Burst:
-    """A burstable share's limits on its one card; the memory limit in the request's own kind."""
-
-    core_percent: int
-    #: set when the request gave bytes
-    memory_bytes: int | None
-    #: set when the request gave a ratio
-    memory_ratio_percent: int | None
-
-    def memory_bytes_on(self, gpu_memory_bytes: int) -> int:
-        if self.memory_bytes is not None:
-            return self.memory_bytes
-        assert self.memory_ratio_percent is not None
-        return gpu_memory_bytes * self.memory_ratio_percent // _FULL
-
-
-@dataclass(frozen=True)
-class BurstableRequest(DeviceRequest):
-    """A `DeviceRequest` of the burstable tier: the request is reserved, `limit` may be used.
-
-    Example `to_json()`: ``{"gpus": 1, "core_percent": 30, "memory_bytes": 8589934592, ...,
-    "limit": {"core_percent": 80, "memory_bytes": 21474836480, "memory_ratio_percent": null}}``.
-    """
-
-    limit: Burst
-
-    def to_json(self) -> dict[str, object]:
-        return {**super().to_json(), "limit": {
-            "core_percent": self.limit.core_percent,
-            "memory_bytes": self.limit.memory_bytes,
-            "memory_ratio_percent": self.limit.memory_ratio_percent,
-        }}
-
-
 def tier(request: DeviceRequest | None) -> str:
     """The request's tier: `burstable` or `guaranteed`."""
-    return names.GPU_QOS_BURSTABLE if isinstance(request, BurstableRequest) else names.GPU_QOS_GUARANTEED
+    return names.GPU_QOS_BURSTABLE if request is not None and request.limit is not None else names.GPU_QOS_GUARANTEED
 
 
 def burst_of(
     annotations: Mapping[str, str], request: DeviceRequest, *, gpu_containers: int, errors: list[str]
 ) -> DeviceRequest:
-    """`request` as the pod's annotations make it: a `BurstableRequest`, or unchanged.
+    """`request` as the pod's annotations make it: with its `limit` (burstable), or unchanged.
 
     Appends one message per problem to `errors` (each naming the annotation, its value and the
     fix) and then returns `request` unchanged. `gpu_containers`: how many containers ask for GPUs.
@@ -148,11 +113,7 @@ def burst_of(
             f"and/or {names.GPU_MEMORY_LIMIT} (or {names.GPU_MEMORY_RATIO_LIMIT}) above the request"
         )
         return request
-    limit = Burst(core_percent=core, memory_bytes=memory_bytes, memory_ratio_percent=memory_ratio)
-    return BurstableRequest(
-        gpus=request.gpus, core_percent=request.core_percent, memory_bytes=request.memory_bytes,
-        memory_ratio_percent=request.memory_ratio_percent, whole=request.whole, source=request.source, limit=limit,
-    )
+    return replace(request, limit=Burst(core_percent=core, memory_bytes=memory_bytes, memory_ratio_percent=memory_ratio))
 
 
 def _core_limit(given: Mapping[str, str], request: DeviceRequest, errors: list[str]) -> int:

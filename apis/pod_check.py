@@ -3,7 +3,8 @@
 `check_pod` is the one decision both call. It reads the pod the way the
 scheduler does (`apis.request.parse_pod` for the GPU request,
 `apis.mig.pod_mig_mode` for its `fgpu.io/gpu-mode` annotation,
-`apis.request.pod_cpu_memory` for CPU and memory), so a pod the webhook
+`apis.pod_annotations.read_placement` for its model, topology and job-key
+annotations, `apis.request.pod_cpu_memory` for CPU and memory), so a pod the webhook
 refuses is refused by the scheduler too, with the same lines, each naming the
 container, the resource, the value and the fix::
 
@@ -26,6 +27,8 @@ from typing import Any
 from apis import names, overcommit
 from apis.device_request import DeviceRequest, RequestError
 from apis.mig import MIGRequestError, pod_mig_mode
+from apis.pod_annotations import ANNOTATIONS as PLACEMENT_ANNOTATIONS
+from apis.pod_annotations import read_placement
 from apis.pods import PodShapeError, as_pod_dict, container_resources
 from apis.quantity import parse_quantity
 from apis.request import parse_pod, pod_cpu_memory
@@ -67,6 +70,10 @@ def check_pod(pod: Mapping[str, Any] | Any, *, rules: TranslationRules) -> PodCh
     except MIGRequestError as exc:
         errors.append(str(exc))
     try:
+        read_placement(_annotations(pod))  # the scheduler's reading too, so it would refuse the same
+    except RequestError as exc:
+        errors.extend(exc.errors)
+    try:
         pod_cpu_memory(pod)
     except RequestError as exc:
         errors.extend(exc.errors)
@@ -100,7 +107,8 @@ def resources_fingerprint(pod: Mapping[str, Any] | Any) -> Hashable | None:
     """What `check_pod` reads of the pod, hashable; None when the pod is not shaped for one.
 
     That is each container's (init containers first) name, restartPolicy and
-    resources, spec.overhead, the `fgpu.io/gpu-mode` annotation and the burstable ones. Scalars keep their type (`50` and `"50"`
+    resources, spec.overhead, the `fgpu.io/gpu-mode` annotation, the burstable ones and the
+    placement ones (`apis.pod_annotations.ANNOTATIONS`). Scalars keep their type (`50` and `"50"`
     differ) and mappings their order, so equal fingerprints read alike.
     """
     spec = as_pod_dict(pod).get("spec")
@@ -124,6 +132,7 @@ def resources_fingerprint(pod: Mapping[str, Any] | Any) -> Hashable | None:
     parts.append(_frozen(annotations.get(names.GPU_MODE)))
     # The burstable tier and its limits (apis/overcommit.py) are read by parse_pod too.
     parts.extend(_frozen(annotations.get(key)) for key in overcommit.ANNOTATIONS)
+    parts.extend(_frozen(annotations.get(key)) for key in PLACEMENT_ANNOTATIONS)
     return tuple(parts)
 
 

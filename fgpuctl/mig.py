@@ -12,11 +12,14 @@ pod allocations, rebuilt by the scheduler's own loading code) plus the Node:
   those; its own idle instances are destroyed by the agent first).
 
 Then it records the request as a Node annotation, `fgpu.io/mig-mode.<GPU
-UUID>: enabled|disabled` (`apis.mig.mode_request_key`). The node's agent
-switches the GPU once it is idle (no allocation, no process), reports the new
-mode, and removes the key; the operator uncordons the node after `fgpuctl
-inspect` shows it. The agent's side is wired by a later change (docs/mig.md).
-`kubectl annotate node NODE fgpu.io/mig-mode.<UUID>-` withdraws a request.
+UUID>: enabled|disabled` (`apis.mig.mode_request_key`), and removes the agent's
+answer to an earlier request of that GPU. The node's agent (agent/mig_mode_switch.py)
+checks again on its next pass, switches the GPU once it is idle (no allocation,
+no process, the node still cordoned), answers in `fgpu.io/mig-mode-status.<GPU
+UUID>` (`apis.mig_mode`) with an Event on the Node, reports the new mode and
+removes the request; the operator uncordons the node after `fgpuctl inspect`
+shows it. `kubectl annotate node NODE fgpu.io/mig-mode.<UUID>-` withdraws a
+request the agent has not carried out yet.
 """
 
 from __future__ import annotations
@@ -25,14 +28,12 @@ import argparse
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from apis import names
 from apis.mig import mode_request_key
+from apis.mig_mode import status_key
 from fgpuctl.cluster_state import GPURow, NodeRow
-
-if TYPE_CHECKING:
-    from scheduler_plugin.kube import Kube
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +51,8 @@ class Decision:
     message: str
     key: str = ""
     value: str = ""
+    #: The GPU the request is for (set with `key`).
+    gpu_uuid: str = ""
     #: Refused: the message says why and what to do.
     refused: bool = False
 
@@ -113,6 +116,7 @@ def decide(*, node: str, gpu: str, enable: bool, row: NodeRow | None, node_objec
         f"fgpuctl inspect {node} shows the result; then kubectl uncordon {node}",
         key=mode_request_key(device.uuid),
         value=value,
+        gpu_uuid=device.uuid,
     )
 
 
@@ -131,11 +135,14 @@ def run(args: argparse.Namespace) -> int:
         state = read_api(args.kubeconfig, [args.node])
         kube = Kube.connect(kubeconfig=args.kubeconfig)
         try:
-            node_object = _get_node(kube, args.node)
+            node_object = kube.get_node(args.node)
             row = next((r for r in state.rows if r.name == args.node), None)
             decision = decide(node=args.node, gpu=args.gpu, enable=args.action == "enable", row=row, node_object=node_object)
             if decision.writes and not args.dry_run:
-                _annotate_node(kube, args.node, {decision.key: decision.value})
+                # The agent's answer to an earlier request of this GPU goes: the next one answers this one.
+                kube.patch_node_metadata(
+                    args.node, annotations={decision.key: decision.value, status_key(decision.gpu_uuid): None}
+                )
         finally:
             kube.close()
     except Exception as exc:  # reported to the operator as one line, not a traceback
@@ -149,26 +156,3 @@ def run(args: argparse.Namespace) -> int:
     if decision.writes:
         print(f"  node annotation {decision.key}={decision.value}")
     return 0
-
-
-# scheduler_plugin/kube.py has no Node read or Node metadata patch yet (reported to the lead: they belong
-# there as `get_node` and `patch_node_metadata`); until then these two use its call plumbing, so each
-# request keeps its timeout and error mapping and `kubernetes` is still imported only there.
-
-
-def _get_node(kube: Kube, name: str) -> dict[str, Any] | None:
-    from scheduler_plugin.errors import KubeAPIError
-    from scheduler_plugin.kube import _json
-
-    try:
-        return _json(kube._call(kube._core.read_node, name=name))
-    except KubeAPIError as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
-def _annotate_node(kube: Kube, name: str, annotations: dict[str, str]) -> None:
-    from scheduler_plugin.kube import _MERGE_PATCH
-
-    kube._call(kube._core.patch_node, name=name, body={"metadata": {"annotations": annotations}}, _content_type=_MERGE_PATCH)

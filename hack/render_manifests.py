@@ -11,7 +11,8 @@ finds nothing, so nothing here depends on a cluster. What goes where:
     hack/deploy/standalone/      mode=standalone: the scheduler's ConfigMap and Deployment
     hack/deploy/templates/       signingKeys.source=values with no values: the GitOps key templates
     hack/deploy/webhook/         the admission webhook, with its certificate from cert-manager
-    hack/deploy/monitoring/      the Grafana dashboard ConfigMap (metrics.grafanaDashboard.enabled)
+    hack/deploy/monitoring/      the Grafana dashboard ConfigMap and the PrometheusRule of alerts
+                                 (metrics.grafanaDashboard.enabled, metrics.prometheusRule.enabled)
     hack/deploy/descheduler/     fgpu-descheduler (descheduler.enabled, dry-run as the chart defaults)
     hack/deploy/crds/device.yaml the chart's crds/device.yaml
 
@@ -78,7 +79,9 @@ def outputs() -> list[Output]:
     standalone = _merged(BASE_VALUES, {"mode": "standalone"})
     keys = _merged(BASE_VALUES, {"signingKeys": {"source": "values"}})
     webhook = _merged(BASE_VALUES, {"webhook": {"enabled": True, "tls": {"source": "certManager"}}})
-    monitoring = _merged(BASE_VALUES, {"metrics": {"grafanaDashboard": {"enabled": True}}})
+    monitoring = _merged(
+        BASE_VALUES, {"metrics": {"grafanaDashboard": {"enabled": True}, "prometheusRule": {"enabled": True}}}
+    )
     descheduler = _merged(BASE_VALUES, {"descheduler": {"enabled": True}})
     return [
         *base,
@@ -89,6 +92,7 @@ def outputs() -> list[Output]:
         Output(path="webhook/50-webhook.yaml", template="50-webhook.yaml", values=webhook),
         Output(path="webhook/50-webhook-configurations.yaml", template="50-webhook-configurations.yaml", values=webhook),
         Output(path="monitoring/60-grafana-dashboard.yaml", template="60-grafana-dashboard.yaml", values=monitoring),
+        Output(path="monitoring/60-prometheus-rules.yaml", template="60-prometheus-rules.yaml", values=monitoring),
         Output(path="descheduler/55-descheduler.yaml", template="55-descheduler.yaml", values=descheduler),
     ]
 

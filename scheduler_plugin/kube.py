@@ -188,6 +188,26 @@ class Kube:
     def watch_nodes(self, *, resource_version: str, timeout_s: int) -> WatchStream:
         return self._watch(self._core.list_node, resource_version=resource_version, timeout_s=timeout_s)
 
+    def get_node(self, name: str) -> JSON | None:
+        """The Node, or None when there is none."""
+        try:
+            return _json(self._call(self._core.read_node, name=name))
+        except KubeAPIError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def patch_node_metadata(
+        self, name: str, *, annotations: dict[str, str | None] | None = None, labels: dict[str, str | None] | None = None
+    ) -> JSON:
+        """Merge-patches the Node's annotations and labels (a None value removes a key)."""
+        metadata: JSON = {}
+        if annotations is not None:
+            metadata["annotations"] = annotations
+        if labels is not None:
+            metadata["labels"] = labels
+        return _json(self._call(self._core.patch_node, name=name, body={"metadata": metadata}, _content_type=_MERGE_PATCH))
+
     def list_devices(self) -> Listing:
         return _listing(
             self._call(

@@ -66,7 +66,8 @@ def is_fgpus(
 
 
 def resources_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """True when an update changes what the check reads (containers' resources, overhead).
+    """True when an update changes what the check reads (containers' resources, overhead, and the
+    gpu-mode, burstable and placement annotations: `resources_fingerprint`).
 
     Kubernetes keeps a pod's extended resources immutable (an in-place resize
     changes CPU and memory only), so on a real cluster this is False for every

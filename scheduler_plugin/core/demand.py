@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from apis.mig import MIGMode
-from apis.overcommit import Burst, BurstableRequest
+from apis.overcommit import Burst
 from scheduler_plugin.core.api import PodRequest
 from scheduler_plugin.core.fragmentation import MILLI
 
@@ -123,5 +123,5 @@ def demand_of(pod: PodRequest) -> Demand:
         host_memory_bytes=pod.memory_bytes,
         model_use=pod.model_use,
         mig_mode=pod.mig_mode,
-        burst=device.limit if isinstance(device, BurstableRequest) else None,
+        burst=device.limit,
     )

@@ -18,13 +18,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from apis import names
-from apis.devices import model_label
 from apis.mig import MIGMode, MIGRequestError, pod_mig_mode
+from apis.pod_annotations import Placement, read_placement
 from apis.pods import as_pod_dict
 from apis.request import RequestError, parse_pod, pod_cpu_memory
 from apis.translation import TranslationRules
 from scheduler_plugin.core.api import LabelRequirement, PodRequest, PodUID
-from scheduler_plugin.core.filtering import SCOPES
 from scheduler_plugin.core.labels import OPERATORS, values_problem
 
 #: Owner kinds whose pods form one job (a JobSet's pods are owned by its child Jobs: see job_key).
@@ -59,14 +58,12 @@ def pod_request_from_pod(
     except RequestError as error:
         errors.extend(error.errors)
 
-    model_use = _models(annotations, names.GPU_MODEL_USE, errors)
-    model_avoid = _models(annotations, names.GPU_MODEL_AVOID, errors)
-    scope = annotations.get(names.GPU_TOPOLOGY_SCOPE, "").strip().lower()
-    if scope not in SCOPES:
-        errors.append(
-            f"annotation {names.GPU_TOPOLOGY_SCOPE}: {annotations[names.GPU_TOPOLOGY_SCOPE]!r} is not a "
-            f"topology scope; use one of {', '.join(s for s in SCOPES if s)}"
-        )
+    # The same reading as fgpuctl validate and the webhook (apis/pod_check.py), so they refuse alike.
+    placement = Placement()
+    try:
+        placement = read_placement(annotations)
+    except RequestError as error:
+        errors.extend(error.errors)
     selector = spec.get("nodeSelector") or {}
     if not isinstance(selector, Mapping):
         errors.append(f"spec.nodeSelector: {selector!r} must be a map of label key to value")
@@ -88,21 +85,18 @@ def pod_request_from_pod(
         device=device,
         cpu_milli=cpu_milli,
         memory_bytes=memory_bytes,
-        model_use=model_use,
-        model_avoid=model_avoid,
-        topology_scope=scope,
-        job_key=job_key(meta, namespace=namespace, annotations=annotations, labels=labels),
+        model_use=placement.model_use,
+        model_avoid=placement.model_avoid,
+        topology_scope=placement.topology_scope,
+        job_key=job_key(meta, namespace=namespace, explicit=placement.job_key, labels=labels),
         node_selector={str(k): str(v) for k, v in selector.items()},
         affinity_terms=terms,
         mig_mode=mig_mode,
     )
 
 
-def job_key(
-    meta: Mapping[str, Any], *, namespace: str, annotations: Mapping[str, str], labels: Mapping[str, str]
-) -> str:
-    """The pod's job key, or "" when it belongs to no job."""
-    explicit = annotations.get(names.JOB_KEY, "").strip()
+def job_key(meta: Mapping[str, Any], *, namespace: str, explicit: str, labels: Mapping[str, str]) -> str:
+    """The pod's job key, or "" when it belongs to no job; `explicit` is its checked fgpu.io/job-key."""
     if explicit:
         return f"{namespace}/{explicit}"
     for label in (names.POD_GROUP_LABEL, names.POD_GROUP_LABEL_LEGACY):
@@ -120,22 +114,6 @@ def job_key(
         if owner.get("kind") in JOB_OWNER_KINDS and owner.get("uid"):
             return f"{owner['kind']}/{owner['uid']}"
     return ""
-
-
-def _models(annotations: Mapping[str, str], key: str, errors: list[str]) -> frozenset[str]:
-    text = annotations.get(key, "")
-    models = set()
-    for item in text.split(","):
-        if not item.strip():
-            continue
-        label = model_label(item)
-        if not label:
-            errors.append(
-                f"annotation {key}: {item.strip()!r} is not a GPU model; write models such as A100-SXM4-80GB,T4"
-            )
-            continue
-        models.add(label)
-    return frozenset(models)
 
 
 def _affinity_terms(spec: Mapping[str, Any], errors: list[str]) -> tuple[tuple[LabelRequirement, ...], ...]:

@@ -1,8 +1,8 @@
 """Schemas for the custom resources the chart renders (cert-manager, Prometheus Operator).
 
 kubernetes-validate knows only built-in kinds. These are the fields the chart writes, transcribed
-from cert-manager.io/v1 (Certificate, Issuer) and monitoring.coreos.com/v1 (ServiceMonitor);
-unknown fields fail, as the API server's structural schemas prune or refuse them.
+from cert-manager.io/v1 (Certificate, Issuer) and monitoring.coreos.com/v1 (ServiceMonitor,
+PrometheusRule); unknown fields fail, as the API server's structural schemas prune or refuse them.
 """
 
 from __future__ import annotations
@@ -56,13 +56,15 @@ _ISSUER = _kind("cert-manager.io/v1", "Issuer", {
     "additionalProperties": False,
     "minProperties": 1,
 })
+#: The Operator's Duration type (a Prometheus duration such as 30s, 5m, 1h30m).
+_DURATION = {"type": "string", "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"}
 _ENDPOINT = {
     "type": "object",
     "required": ["port"],
     "properties": {
         "port": _STR,
         "path": _STR,
-        "interval": {"type": "string", "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"},
+        "interval": _DURATION,
         "relabelings": {
             "type": "array",
             "items": {
@@ -83,12 +85,52 @@ _SERVICE_MONITOR = _kind("monitoring.coreos.com/v1", "ServiceMonitor", {
     },
     "additionalProperties": False,
 })
+_RULE = {
+    "type": "object",
+    "required": ["expr"],
+    "properties": {
+        "alert": _STR,
+        "record": _STR,
+        "expr": {"anyOf": [_STR, {"type": "integer"}]},  # the CRD's int-or-string
+        "for": _DURATION,
+        "keep_firing_for": _DURATION,
+        "labels": _LABELS,
+        "annotations": _LABELS,
+    },
+    "additionalProperties": False,
+    # An alert or a recording rule, never both nor neither (the Operator's admission webhook and
+    # Prometheus itself refuse the rest).
+    "oneOf": [{"required": ["alert"], "not": {"required": ["record"]}}, {"required": ["record"], "not": {"required": ["alert"]}}],
+}
+_PROMETHEUS_RULE = _kind("monitoring.coreos.com/v1", "PrometheusRule", {
+    "type": "object",
+    "required": ["groups"],
+    "properties": {
+        "groups": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "rules"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "interval": _DURATION,
+                    "limit": {"type": "integer"},
+                    "partial_response_strategy": _STR,
+                    "rules": {"type": "array", "items": _RULE},
+                },
+                "additionalProperties": False,
+            },
+        },
+    },
+    "additionalProperties": False,
+})
 
 #: (API group, kind) -> schema
 CUSTOM_KINDS: dict[tuple[str, str], dict[str, Any]] = {
     ("cert-manager.io", "Certificate"): _CERTIFICATE,
     ("cert-manager.io", "Issuer"): _ISSUER,
     ("monitoring.coreos.com", "ServiceMonitor"): _SERVICE_MONITOR,
+    ("monitoring.coreos.com", "PrometheusRule"): _PROMETHEUS_RULE,
 }
 
 

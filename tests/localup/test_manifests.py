@@ -58,7 +58,7 @@ VERSIONS = ("1.30.0", kubernetes_validate.utils.latest_version())
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("doc", all_docs(), ids=lambda d: d.id)
 def test_every_manifest_validates_against_the_kubernetes_schemas(doc: Doc, version: str) -> None:
-    if (doc.obj["apiVersion"].split("/")[0], doc.kind) in CUSTOM_KINDS:  # cert-manager's, no Kubernetes schema
+    if (doc.obj["apiVersion"].split("/")[0], doc.kind) in CUSTOM_KINDS:  # cert-manager's and the Prometheus Operator's: no Kubernetes schema
         assert custom_kind_errors(doc.obj) == [], doc.id
         return
     try:

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]
 import pytest
+import yaml
 
 from tests.deploy_chart.chart import one, render, render_error
+from tests.deploy_chart.crd_kinds import custom_kind_errors
 from tests.observability.exported import AWAITED
 from tests.observability.promql import metric_names
 from tests.observability.rendered import ON, rule_groups, run_promtool, write_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).with_name("rules_test.yaml")
+PLAIN_RULES = ROOT / "hack" / "deploy" / "monitoring" / "60-prometheus-rules.yaml"
 
 
 def _rules(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -40,6 +43,14 @@ def test_promtool_accepts_the_deployed_rules(tmp_path: Path) -> None:
 
 def test_the_promtool_unit_tests_pass_on_the_deployed_rules(tmp_path: Path) -> None:
     code, output = _promtool_test(tmp_path, rule_groups())
+    assert code == 0, output
+
+
+def test_the_promtool_unit_tests_pass_on_the_plain_manifests_rules(tmp_path: Path) -> None:
+    """hack/deploy/monitoring/ is what people apply without Helm; its rules must be the tested ones."""
+    (obj,) = [d for d in yaml.safe_load_all(PLAIN_RULES.read_text()) if d]
+    assert obj["kind"] == "PrometheusRule" and custom_kind_errors(obj) == []
+    code, output = _promtool_test(tmp_path, obj["spec"]["groups"])
     assert code == 0, output
 
 
@@ -97,31 +108,15 @@ def test_the_rules_are_off_unless_asked_for() -> None:
     assert [d.id for d in render({"metrics": {"serviceMonitor": {"enabled": True}}}) if d.kind == "PrometheusRule"] == []
 
 
-#: monitoring.coreos.com/v1 PrometheusRule, the fields the chart writes (the Operator's CRD schema, transcribed).
-_STR = {"type": "string"}
-_MAP = {"type": "object", "additionalProperties": _STR}
-PROMETHEUS_RULE = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"},
-        "kind": {"const": "PrometheusRule"},
-        "metadata": {"type": "object", "required": ["name", "namespace"],
-                     "properties": {"name": _STR, "namespace": _STR, "labels": _MAP}, "additionalProperties": False},
-        "spec": {"type": "object", "required": ["groups"], "additionalProperties": False, "properties": {"groups": {
-            "type": "array", "minItems": 1, "items": {"type": "object", "required": ["name", "rules"], "additionalProperties": False,
-                "properties": {"name": {"type": "string", "minLength": 1}, "interval": _STR, "rules": {"type": "array", "items": {
-                    "type": "object", "required": ["expr"], "additionalProperties": False,
-                    "properties": {"alert": _STR, "record": _STR, "expr": _STR, "labels": _MAP, "annotations": _MAP,
-                                   "for": {"type": "string", "pattern": r"^(0|(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"}},
-                }}},
-            }}}},
-    },
-    "additionalProperties": False,
-}
-
-
 def test_the_prometheus_rule_is_a_valid_object() -> None:
-    obj = one(render(ON), "PrometheusRule", "fgpu")
-    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in jsonschema.Draft202012Validator(PROMETHEUS_RULE).iter_errors(obj)]
-    assert errors == []
+    assert custom_kind_errors(one(render(ON), "PrometheusRule", "fgpu")) == []
+
+
+def test_the_prometheus_rule_schema_refuses_a_misspelt_field_and_a_bad_duration() -> None:
+    obj = copy.deepcopy(one(render(ON), "PrometheusRule", "fgpu"))
+    obj["spec"]["groups"][0]["rules"][0]["for"] = "ten minutes"
+    obj["spec"]["groups"][1]["rules"][0]["labelz"] = {"severity": "warning"}
+    errors = custom_kind_errors(obj)
+    assert len(errors) == 2, errors
+    assert errors[0].startswith("spec/groups/0/rules/0/for: 'ten minutes' does not match")
+    assert "'labelz' was unexpected" in errors[1]

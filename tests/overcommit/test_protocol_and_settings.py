@@ -3,7 +3,10 @@ resources), the errors `fgpuctl validate` and the webhook print, and the pool's 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,8 @@ import pytest
 from agent.errors import ConfigError
 from agent.reclaim_settings import SettingsFile, parse
 from apis import names
-from apis.overcommit import BurstableRequest
+from apis.device_request import Burst, DeviceRequest
+from apis.overcommit import tier
 from apis.pod_check import check_pod, resources_fingerprint
 from apis.translation import TranslationRules
 
@@ -30,7 +34,7 @@ BURST = {names.GPU_QOS: "burstable", names.GPU_CORE_LIMIT: "80", names.GPU_MEMOR
 
 def test_a_burstable_pod_reads_as_its_request_with_a_limit() -> None:
     check = check_pod(_pod(BURST), rules=RULES)
-    assert check.valid and isinstance(check.request, BurstableRequest)
+    assert check.valid and check.request is not None and check.request.limit is not None
     assert (check.request.core_percent, check.request.limit.core_percent) == (30, 80)
     assert check.request.limit.memory_bytes == 20 * 2**30
 
@@ -60,7 +64,7 @@ def test_the_check_memo_key_sees_the_burstable_annotations() -> None:
 
 
 def test_settings_refuse_bad_values_naming_the_key_and_the_fix() -> None:
-    with pytest.raises(ConfigError, match="highWater=1.5: expected a number from 0.5 to 1"):
+    with pytest.raises(ConfigError, match=r"highWater=1\.5: expected a number from 0\.5 to 1"):
         parse({"highWater": 1.5}, source="overcommit.yaml")
     with pytest.raises(ConfigError, match=r"unknown key 'ratoi'"):
         parse({"ratoi": 2}, source="overcommit.yaml")
@@ -82,3 +86,36 @@ def test_a_reload_with_a_typo_keeps_the_settings_in_force(tmp_path: Path) -> Non
     path.write_text("highWater: 0.8\n")
     os.utime(path, (2, 2))
     assert watched.reload() and watched.current.policy.high_water == 0.8 and not watched.error
+
+
+@pytest.mark.parametrize("request_", [
+    DeviceRequest(gpus=1, core_percent=30, memory_bytes=8 * 2**30, memory_ratio_percent=None, whole=False,
+                  source="koordinator", limit=Burst(core_percent=80, memory_bytes=20 * 2**30, memory_ratio_percent=None)),
+    DeviceRequest(gpus=1, core_percent=25, memory_bytes=None, memory_ratio_percent=20, whole=False, source="hami",
+                  limit=Burst(core_percent=25, memory_bytes=None, memory_ratio_percent=60)),
+    DeviceRequest(gpus=2, core_percent=100, memory_bytes=None, memory_ratio_percent=100, whole=True, source="nvidia"),
+], ids=["burstable-bytes", "burstable-ratio", "guaranteed-whole"])
+def test_a_request_survives_json_text_with_every_field_and_its_tier(request_: DeviceRequest) -> None:
+    back = DeviceRequest.from_json(json.loads(json.dumps(request_.to_json())))
+    for field in dataclasses.fields(DeviceRequest):  # every field, the limit (the tier) included
+        assert getattr(back, field.name) == getattr(request_, field.name), field.name
+    assert tier(back) == tier(request_)
+
+
+def test_a_request_parsed_from_a_burstable_pod_round_trips_with_its_limit() -> None:
+    check = check_pod(_pod(BURST), rules=RULES)
+    assert check.request is not None and check.request.limit is not None
+    assert DeviceRequest.from_json(json.loads(json.dumps(check.request.to_json()))) == check.request
+
+
+@pytest.mark.parametrize(("limit", "says"), [
+    ({"core_percent": 10, "memory_bytes": 20 * 2**30, "memory_ratio_percent": None}, "limit.core_percent: 10"),
+    ({"core_percent": 80, "memory_bytes": 2**30, "memory_ratio_percent": None}, "at least the request's"),
+    ({"core_percent": 80, "memory_bytes": None, "memory_ratio_percent": 50}, "no ratio, beside a bytes request"),
+    ("80", "limit: expected an object or null"),
+])
+def test_a_json_limit_that_breaks_the_rule_is_refused_naming_the_field(limit: object, says: str) -> None:
+    data = {"gpus": 1, "core_percent": 30, "memory_bytes": 8 * 2**30, "memory_ratio_percent": None, "whole": False,
+            "source": "koordinator", "limit": limit}
+    with pytest.raises(ValueError, match=re.escape(says)):
+        DeviceRequest.from_json(data)

@@ -8,14 +8,15 @@ import pytest
 from apis import names
 from apis.allocation import decode_allocation, encode_allocation
 from apis.devices import NodeDevices
-from apis.overcommit import Burst, BurstableRequest
+from apis.device_request import DeviceRequest
+from apis.overcommit import Burst
 from scheduler_plugin.core.api import NodeName
 from scheduler_plugin.core.scheduler import Scheduler
 from tests.scheduler_core.builders import GiB, gpu, info, node, pod, share
 
 
-def _burstable(core: int, gib: int, *, core_limit: int, gib_limit: int) -> BurstableRequest:
-    return BurstableRequest(
+def _burstable(core: int, gib: int, *, core_limit: int, gib_limit: int) -> DeviceRequest:
+    return DeviceRequest(
         gpus=1, core_percent=core, memory_bytes=gib * GiB, memory_ratio_percent=None, whole=False,
         source="koordinator", limit=Burst(core_percent=core_limit, memory_bytes=gib_limit * GiB, memory_ratio_percent=None),
     )

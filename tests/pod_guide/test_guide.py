@@ -73,14 +73,13 @@ def test_every_example_passes_fgpuctl_validate_and_the_scheduler(path: Path) -> 
 
 
 @pytest.mark.parametrize("path", WRONG, ids=lambda p: p.name)
-def test_every_wrong_example_fails_with_the_error_the_guide_quotes(path: Path) -> None:
+def test_every_wrong_example_fails_validate_and_the_scheduler_with_the_error_the_guide_quotes(path: Path) -> None:
     code, output = _validate(path)
-    if code == validate.EXIT_INVALID:
-        errors = [e for line in output.splitlines() for e in yaml.safe_load(line).get("errors", [])]
-    else:  # annotations: only the scheduler reads them (the guide says so)
-        errors = _scheduler_errors(path)
-        assert "Annotation errors come from the scheduler only" in GUIDE
+    assert code == validate.EXIT_INVALID, output
+    errors = [e for line in output.splitlines() for e in yaml.safe_load(line).get("errors", [])]
     assert errors, f"{path.name} is accepted"
+    # The scheduler refuses it too, with the same lines (it would leave the pod Pending with them).
+    assert sorted(_scheduler_errors(path)) == sorted(errors)
     assert f"`{path.name}`" in GUIDE, f"the guide does not show {path.name}"
     assert errors[0] in GUIDE, f"the guide does not quote {path.name}'s error:\n{errors[0]}"
 
