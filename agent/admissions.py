@@ -63,6 +63,9 @@ class GPUHeld:
     pods: frozenset[str] = frozenset()
     #: MIG instance UUID -> the pods holding it.
     mig: Mapping[str, frozenset[str]] | None = None
+    #: Memory slice a MIG instance the node creates (or created) starts at -> the pods holding it
+    #: (claimed while the instance is made, before its UUID is known).
+    mig_placements: Mapping[int, frozenset[str]] | None = None
 
 
 def held_by_gpu(entries: Iterable[tuple[str, tuple[Hold, ...]]]) -> dict[str, GPUHeld]:
@@ -71,10 +74,13 @@ def held_by_gpu(entries: Iterable[tuple[str, tuple[Hold, ...]]]) -> dict[str, GP
     memory: dict[str, int] = {}
     pods: dict[str, set[str]] = {}
     mig: dict[str, dict[str, set[str]]] = {}
+    places: dict[str, dict[int, set[str]]] = {}
     for pod_uid, holds in entries:
         for h in holds:
             if h.mig:
                 mig.setdefault(h.gpu_uuid, {}).setdefault(h.mig_key, set()).add(pod_uid)
+                if h.mig_profile:
+                    places.setdefault(h.gpu_uuid, {}).setdefault(h.mig_placement, set()).add(pod_uid)
                 continue
             core[h.gpu_uuid] = core.get(h.gpu_uuid, 0) + h.core_percent
             memory[h.gpu_uuid] = memory.get(h.gpu_uuid, 0) + h.memory_bytes
@@ -85,6 +91,7 @@ def held_by_gpu(entries: Iterable[tuple[str, tuple[Hold, ...]]]) -> dict[str, GP
             memory_bytes=memory.get(uuid, 0),
             pods=frozenset(pods.get(uuid, ())),
             mig={m: frozenset(p) for m, p in mig.get(uuid, {}).items()} or None,
+            mig_placements={s: frozenset(p) for s, p in places.get(uuid, {}).items()} or None,
         )
         for uuid in set(core) | set(mig)
     }

@@ -159,10 +159,19 @@ def decide(
         part = next((c for c in share.containers if c.name == request.container_name), None)
         if share.mig_profile:
             want = Want(request.pod_uid, gpu.uuid, share.mig_profile, share.mig_placement)
+            made = mig_ready.get(want, "")
+            # Another pod holds the placement (claimed while its instance is made, or made) or the
+            # instance there by its UUID: never handed to two pods. Checked again with the UUID made.
+            holders = _mig_holders(gpu, held.get(gpu.uuid), placement=share.mig_placement, uuid=made)
+            if holders:
+                problems.append(
+                    f"gpu[{i}] {gpu.uuid}: MIG instance {share.mig_profile} at memory slice {share.mig_placement} "
+                    f"is already held by pod {', '.join(sorted(holders))}; the pod must be scheduled again"
+                )
+                continue
             if want in mig_refused:
                 problems.append(f"gpu[{i}] {gpu.uuid}: {mig_refused[want]}")
                 continue
-            made = mig_ready.get(want, "")
             holds.append(Hold(
                 gpu_uuid=gpu.uuid, mig_uuid=made, mig_profile=share.mig_profile, mig_placement=share.mig_placement,
                 core_percent=share.core_percent,
@@ -178,7 +187,7 @@ def decide(
             continue
         if share.mig_uuid:
             seen_mig.add(share.mig_uuid)
-            holders = (held[gpu.uuid].mig or {}).get(share.mig_uuid, frozenset()) if gpu.uuid in held else frozenset()
+            holders = _mig_holders(gpu, held.get(gpu.uuid), uuid=share.mig_uuid)
             if holders:
                 problems.append(
                     f"gpu[{i}] {gpu.uuid}: MIG instance {share.mig_uuid} is already held by "
@@ -379,6 +388,19 @@ def _check_mig_create(share: GPUShare, gpu: GPUInfo, *, seen_mig: set[str]) -> s
         return f"{what} is listed twice"
     seen_mig.add(key)
     return ""
+
+
+def _mig_holders(gpu: GPUInfo, others: GPUHeld | None, *, placement: int = -1, uuid: str = "") -> frozenset[str]:
+    """The other admitted pods that hold the MIG instance at `placement` or named `uuid` on `gpu`, by
+    placement or by UUID (the node's picture links an instance's placement to its UUID)."""
+    if others is None:
+        return frozenset()
+    uuids = {uuid} - {""}
+    places = {placement} if placement >= 0 else set()
+    uuids |= {m.uuid for m in gpu.mig_instances if m.uuid and m.placement_start in places}
+    places |= {m.placement_start for m in gpu.mig_instances if m.uuid in uuids and m.placement_start >= 0}
+    by_uuid, by_place = others.mig or {}, others.mig_placements or {}
+    return frozenset().union(*(by_uuid.get(u, ()) for u in uuids), *(by_place.get(p, ()) for p in places))
 
 
 def _mig_profile(gpu: GPUInfo, name: str) -> MIGProfile | None:

@@ -3,8 +3,12 @@
 Thin: a request becomes a `agent.hook.HookRequest`, `agent.hook.decide`
 answers, and the decision becomes a `HookResponse`. A pod whose allocation
 asks for a MIG instance to be created has it made between two decisions
-(`agent.mig_lifecycle`), with the ledger's lock held across both, and the
-instances of a stopped pod are destroyed at PostStopPodSandbox. It listens on a unix
+(`agent.mig_lifecycle`): the first claims the placement in the admission ledger
+under its lock, the create runs without it (a create takes long; admissions on
+other GPUs go on meanwhile, and one for the same placement sees the claim and is
+refused), and the second confirms the claim or rolls it back, under the lock again.
+The instances of a stopped pod are destroyed at PostStopPodSandbox, also outside
+the ledger's lock. It listens on a unix
 socket with health and reflection, like every fgpu server. Unexpected
 errors in the decision are reported as gRPC INTERNAL (the proxy's failure
 policy decides what that means for the container); the server never dies of
@@ -20,15 +24,17 @@ import os
 import stat
 from collections.abc import Callable
 from concurrent import futures
+from dataclasses import dataclass
 
 import grpc
 
-from agent.admissions import AdmissionLedger, GPUHeld
+from agent.admissions import AdmissionLedger, GPUHeld, Hold
 from agent.hook import NO_ANSWER, HookDecision, HookRequest, HookSettings, decide
 from agent.isolation import registry
 from agent.isolation.edits import CgroupResources, ContainerEdits
 from agent.metrics import AgentMetrics
 from agent.mig_lifecycle import MIGLifecycle
+from agent.mig_manager import Want
 from apis import names
 from apis.allocation import lists_gpus
 from apis.devices import NodeDevices
@@ -39,6 +45,15 @@ from apis.signing import SigningKeyError
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = hooks_pb2.DESCRIPTOR.services_by_name["RuntimeHooks"].full_name
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """A pod's MIG placements claimed in the ledger while their instances are made."""
+
+    #: The pod's ledger entry before the claim (an earlier container's), None when it had none.
+    before: tuple[Hold, ...] | None
+    holds: tuple[Hold, ...]
 
 
 class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
@@ -85,14 +100,23 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
             # must not both see it free.
             with self.ledger.lock:
                 held = self.ledger.held(excluding=hook_request.pod_uid)
-                decision = decide(hook_request, devices=devices, settings=settings, held=held)
-                if decision.mig_needed:
-                    decision = self._with_mig(decision, hook_request, devices=devices, settings=settings, held=held)
-                response = self._response(decision)
-                admitted = decision.edits is not None and not response.HasField("rejection")
-                if admitted:
-                    self.ledger.record(pod_uid=hook_request.pod_uid, holds=decision.holds)
+                decision = self._not_gone(decide(hook_request, devices=devices, settings=settings, held=held), hook_request)
+                claim: _Claim | None = None
+                if decision.mig_needed and self._mig is None:
+                    decision = self._without_mig(decision, hook_request, devices=devices, settings=settings, held=held)
+                elif decision.mig_needed:
+                    claim = _Claim(before=self.ledger.pods().get(hook_request.pod_uid), holds=decision.holds)
+                    self.ledger.record(pod_uid=hook_request.pod_uid, holds=claim.holds)
+                if claim is None:
+                    response = self._response(decision)
+                    admitted = decision.edits is not None and not response.HasField("rejection")
+                    if admitted:
+                        self.ledger.record(pod_uid=hook_request.pod_uid, holds=decision.holds)
                     self._metrics.admitted_pods.set(len(self.ledger.pods()))
+            if claim is not None:
+                decision, response, admitted = self._with_mig(
+                    decision, claim, hook_request, devices=devices, settings=settings
+                )
             # logged outside the lock: a slow stderr must not hold up the next container's decision
             if admitted and decision.edits is not None and log.isEnabledFor(logging.INFO):
                 env = dict(decision.edits.envs)
@@ -113,6 +137,7 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
         with self.ledger.lock:
             holds = self.ledger.pods().get(uid, ())
             released = bool(uid) and self.ledger.release(pod_uid=uid)
+        # The destroys below run without the ledger's lock (`MIGLifecycle.pod_stopped`).
         if released:
             log.info("pod %s/%s (%s) stopped: its GPU shares are free again", request.pod.namespace, request.pod.name, uid)
             self._metrics.admitted_pods.set(len(self.ledger.pods()))
@@ -145,17 +170,75 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
     ) -> hooks_pb2.HookResponse:
         return hooks_pb2.HookResponse()
 
-    def _with_mig(
+    def _without_mig(
         self, first: HookDecision, request: HookRequest, *, devices: NodeDevices, settings: HookSettings,
         held: dict[str, GPUHeld],
     ) -> HookDecision:
-        """The decision again once the MIG instances `first` needs exist (or were refused). Ledger lock held."""
-        if self._mig is None:
-            reason = "this fgpu agent was started without MIG instance management, so it cannot create one"
-            refused = {w: reason for w in first.mig_needed}
-            return decide(request, devices=devices, settings=settings, held=held, mig_refused=refused)
-        ready, refused = self._mig.prepare(first.mig_needed)
-        return decide(request, devices=devices, settings=settings, held=held, mig_ready=ready, mig_refused=refused)
+        reason = "this fgpu agent was started without MIG instance management, so it cannot create one"
+        refused = {w: reason for w in first.mig_needed}
+        return decide(request, devices=devices, settings=settings, held=held, mig_refused=refused)
+
+    def _with_mig(
+        self, first: HookDecision, claim: _Claim, request: HookRequest, *, devices: NodeDevices,
+        settings: HookSettings,
+    ) -> tuple[HookDecision, hooks_pb2.HookResponse, bool]:
+        """The MIG instances `first` needs made (the claim is in the ledger, its lock not held), then the
+        decision again under the lock: the claim confirmed with the instances' UUIDs, or rolled back."""
+        assert self._mig is not None
+        uid = request.pod_uid
+        ready: dict[Want, str] = {}
+        admitted = False
+        try:
+            ready, refused = self._mig.prepare(first.mig_needed)
+            with self.ledger.lock:
+                if uid not in self.ledger.pods():
+                    # PostStopPodSandbox came meanwhile: the pod is gone, its instance goes with it.
+                    decision = HookDecision(rejection=(
+                        f"pod {request.pod_namespace}/{request.pod_name} ({uid}): its sandbox stopped while its MIG "
+                        "instance was being made"
+                    ))
+                else:
+                    held = self.ledger.held(excluding=uid)
+                    decision = decide(
+                        request, devices=devices, settings=settings, held=held, mig_ready=ready, mig_refused=refused
+                    )
+                response = self._response(decision)
+                admitted = decision.edits is not None and not response.HasField("rejection")
+                if admitted:
+                    self.ledger.record(pod_uid=uid, holds=decision.holds)
+                self._metrics.admitted_pods.set(len(self.ledger.pods()))
+        finally:
+            if not admitted:
+                self._roll_back(uid, claim, made=bool(ready))
+        return decision, response, admitted
+
+    def _roll_back(self, uid: str, claim: _Claim, *, made: bool) -> None:
+        """The pod's claim undone (unless its entry changed since: another container of it was admitted)."""
+        with self.ledger.lock:
+            if self.ledger.pods().get(uid) == claim.holds:
+                if claim.before is None:
+                    self.ledger.release(pod_uid=uid)
+                else:
+                    self.ledger.record(pod_uid=uid, holds=claim.before)
+            self._metrics.admitted_pods.set(len(self.ledger.pods()))
+        if made and self._mig is not None:
+            try:  # an instance made (or found) for the refused claim goes again when no pod holds it
+                self._mig.pod_stopped(uid, claim.holds)
+            except Exception:
+                log.exception("MIG cleanup after the refused admission of pod %s failed", uid)
+
+    def _not_gone(self, decision: HookDecision, request: HookRequest) -> HookDecision:
+        """`decision`, or a rejection when it hands out by UUID a MIG instance fgpu is destroying."""
+        if self._mig is None or decision.rejection:
+            return decision
+        gone = sorted({h.mig_uuid for h in decision.holds if h.mig_uuid and self._mig.destroyed_lately(h.mig_uuid)})
+        if not gone:
+            return decision
+        return HookDecision(rejection=(
+            f"pod {request.pod_namespace}/{request.pod_name} ({request.pod_uid}): GPU allocation does not fit: MIG "
+            f"instance(s) {', '.join(gone)} were destroyed by fgpu (made for a pod that has gone); the scheduler "
+            "will see them gone in the next report, the pod must be scheduled again"
+        ))
 
     def _pod_stopped(self, uid: str) -> None:
         """Every backend cleans up after the pod, not only the configured one: a node switched to

@@ -1,30 +1,40 @@
 """Dynamic MIG on the running node: instances made for admitted pods, destroyed when no pod holds them.
 
 Glue between the admission ledger (`agent.admissions`: which pods hold which
-MIG placements), the node's MIG actions (`agent.mig_nvml.MIGNode`) and the
+MIG instances), the node's MIG actions (`agent.mig_nvml.MIGNode`) and the
 agent's reporting (docs/mig.md):
 
-- `prepare(wants)`: the hook's step between its two decisions, with the
-  ledger's lock held by the caller, so an instance made for a pod is recorded
-  as that pod's before any other admission or destroy can look at it.
+- `prepare(wants)`: the hook's step between its two decisions. The caller has
+  claimed the placements in the ledger (the pod's holds recorded, no MIG UUID yet)
+  and released the ledger's lock: a create takes long, and other admissions must
+  not wait behind it. The live holds are read under the GPU's MIG lock, after the
+  claim, so a destroy on that GPU either counts the claim or finishes first.
 - `pod_stopped(uid, holds)`: the pod's sandbox is gone (PostStopPodSandbox);
-  `reconcile()`: at start after the ledger rebuild, and after each sweep.
-  Both run under the ledger's lock, with the live wants read under it: a
-  destroy can never race the admission of the pod it would take an instance from.
+  `reconcile()`: at start after the ledger rebuild, and after each sweep. Neither
+  holds the ledger's lock across NVML: per GPU, under its MIG lock, the live holds are
+  read and the instances to destroy marked gone under the ledger's lock, then
+  destroyed without it. An admission naming a marked instance by UUID is refused
+  (`destroyed_lately`); one recorded before the mark is counted and keeps it.
 - `mark(devices)`: `fgpu_created` on the reported instances: the record's entries
   NVML confirms (never from memory alone; a live allocation alone does not make an
   instance fgpu's, see `agent.mig_manager`).
 
+Every live hold counts, whether it names the instance by placement (one the node
+made for the pod) or by its MIG device UUID (`wants_of`).
+
 Which instances may go is decided only when the ledger is complete (rebuilt from
 the node's running pods since this process started): before that, a pod the
 agent has not counted yet could hold an idle instance. Until then only the
-placements of a pod that just stopped are considered.
+instances a pod that just stopped held are considered.
+
+Lock order: a GPU's MIG lock (`MIGNode.locked`), then the ledger's; never the reverse.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from agent import nvmlapi
@@ -38,8 +48,11 @@ log = logging.getLogger(__name__)
 
 
 def wants_of(pod_uid: str, holds: Iterable[Hold]) -> list[Want]:
-    """The MIG instances a pod's holds ask the node to keep (those it created for the pod)."""
-    return [Want(pod_uid, h.gpu_uuid, h.mig_profile, h.mig_placement) for h in holds if h.mig_profile]
+    """The MIG instances a pod's holds keep: by placement (made for the pod) and by MIG device UUID."""
+    return [
+        Want(pod_uid, h.gpu_uuid, h.mig_profile, h.mig_placement if h.mig_profile else -1, h.mig_uuid)
+        for h in holds if h.mig
+    ]
 
 
 class MIGReporter:
@@ -80,19 +93,30 @@ class MIGLifecycle:
         self._complete = ledger_complete
 
     def live(self) -> list[Want]:
-        """Every admitted pod's MIG wants (the ledger's lock makes the answer current to its holder)."""
+        """Every admitted pod's MIG holds (current when read; the caller's locks decide for how long)."""
         with self._ledger.lock:
             return [w for uid, holds in self._ledger.pods().items() for w in wants_of(uid, holds)]
 
+    @contextlib.contextmanager
+    def locked(self, gpu_uuid: str) -> Iterator[None]:
+        """The GPU's MIG lock (take it before the ledger's, as the mode switch does)."""
+        with self._node.locked(gpu_uuid):
+            yield
+
+    def destroyed_lately(self, mig_uuid: str) -> bool:
+        """Whether fgpu destroyed or is destroying this MIG device (the hook refuses it by UUID)."""
+        return self._node.destroyed_lately(mig_uuid)
+
     def prepare(self, wants: Sequence[Want]) -> tuple[dict[Want, str], dict[Want, str]]:
-        """Each want made ready: (want -> MIG UUID, want -> refusal reason). The caller holds the ledger's lock."""
-        pod = {w.pod_uid for w in wants}
-        live = [w for w in self.live() if w.pod_uid not in pod] + list(wants)
+        """Each want made ready: (want -> MIG UUID, want -> refusal reason).
+
+        The caller has recorded the pod's claim in the ledger and does not hold the ledger's lock.
+        """
         ready: dict[Want, str] = {}
         refused: dict[Want, str] = {}
         for want in wants:
             try:
-                ready[want] = self._node.prepare(want, live=live)
+                ready[want] = self._node.prepare(want, live=self.live)
             except MIGError as err:
                 refused[want] = str(err)
         return ready, refused
@@ -100,20 +124,18 @@ class MIGLifecycle:
     def pod_stopped(self, pod_uid: str, holds: Iterable[Hold]) -> list[Instance]:
         """After the pod's ledger entry is released: destroys what fgpu made that no pod holds now."""
         scope = wants_of(pod_uid, holds)
-        with self._ledger.lock:
-            if self._complete():
-                return self._reconcile(scope=None)
-            if not scope:
-                return []
-            return self._reconcile(scope=scope)
+        if self._complete():
+            return self._reconcile(scope=None)
+        if not scope:
+            return []
+        return self._reconcile(scope=scope)
 
     def reconcile(self) -> list[Instance]:
         """Destroys fgpu's instances no live pod holds; nothing until the ledger is complete."""
-        with self._ledger.lock:
-            if not self._complete():
-                log.debug("MIG reconcile waits for the admission ledger to be rebuilt")
-                return []
-            return self._reconcile(scope=None)
+        if not self._complete():
+            log.debug("MIG reconcile waits for the admission ledger to be rebuilt")
+            return []
+        return self._reconcile(scope=None)
 
     def mark(self, devices: NodeDevices) -> NodeDevices:
         """`devices` with `fgpu_created` set on the MIG instances fgpu made (the record, as NVML confirms it)."""
@@ -125,11 +147,11 @@ class MIGLifecycle:
 
     def clear(self, gpu_uuid: str) -> list[Instance]:
         """Destroys fgpu's instances on the GPU that no admitted pod holds and nothing runs on
-        (before the GPU leaves MIG mode); only once the ledger is complete."""
-        with self._ledger.lock:
-            if not self._complete():
-                return []
-            return self._node.reconcile([gpu_uuid], self.live())
+        (before the GPU leaves MIG mode); only once the ledger is complete. The caller holds the
+        GPU's lock (`locked`) and the ledger's, so nothing is admitted meanwhile."""
+        if not self._complete():
+            return []
+        return self._node.reconcile([gpu_uuid], self.live, choosing=lambda: self._ledger.lock)
 
     def _reconcile(self, *, scope: list[Want] | None) -> list[Instance]:
         devices = self._devices()
@@ -141,10 +163,13 @@ class MIGLifecycle:
         if not gpus:
             return []
         try:
-            return self._node.reconcile(gpus, self.live(), scope=scope)
+            return self._node.reconcile(gpus, self.live, scope=scope, choosing=lambda: self._ledger.lock)
         except nvmlapi.NVMLError as err:
             # A GPU lost mid-way: nothing is destroyed on a guess; the next pass tries again.
             log.warning("MIG reconcile skipped: %s", nvmlapi.error_text(err))
+            return []
+        except MIGError as err:  # the record cannot be written (its directory is not the agent's alone)
+            log.warning("MIG reconcile stopped: %s", err)
             return []
 
 

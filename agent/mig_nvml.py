@@ -4,26 +4,35 @@
 instance and its compute instance (or re-uses fgpu's free one at that placement)
 and returns the MIG device UUID to make visible. `MIGNode.reconcile(gpus, live)` runs
 when a sandbox is gone and after a restart: it destroys fgpu's instances that no
-live pod asks for and nothing runs on. One lock serialises both, so a destroy
-never races a create on the node. A `MIGObserver` hears of every create,
-destroy and refusal (the agent counts them and reports the node again, so the
-scheduler sees the instances as they are).
+live pod holds and nothing runs on. A lock per GPU serialises both on that GPU, so a
+destroy never races a create there, while another GPU's create goes on (NVML is
+thread-safe; a create takes long). Live holds are read with the GPU's lock held
+(after the caller's claim is in the admission ledger), so a pod claiming an instance
+either is counted by a destroy or finds the instance gone and makes a new one. A
+`MIGObserver` hears of every create, destroy and refusal (the agent counts them and
+reports the node again, so the scheduler sees the instances as they are).
 
-The record (`OwnedFile`) is a JSON list written atomically (a temporary file, fsync,
-rename) around each create and after each destroy; it is only ever trusted where
-NVML confirms it (agent/mig_manager.py). A create writes an intent before NVML is
-asked and the entry once the instance exists, so an agent that dies in between
-leaves an intent that the next one resolves against NVML (`_settle`): the instance
-at the intended place is fgpu's and goes when no pod holds it, rather than being
-taken for an operator's and leaked.
+The record (`OwnedFile`) is a JSON list written atomically (a temporary file in the
+same directory, fsync, rename; never through a symlink, never in a directory others
+may write) around each create and after each destroy; it is only ever trusted where
+NVML confirms it, MIG device UUID included (agent/mig_manager.py). A create writes an
+intent before NVML is asked and the entry once the instance exists, so an agent that
+dies in between leaves an intent that the next one resolves against NVML (`_settle`):
+the instance at the intended place is fgpu's and goes when no pod holds it, rather
+than being taken for an operator's and leaked.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import os
+import stat
+import tempfile
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,7 +40,7 @@ from typing import Any, Protocol
 import pynvml
 
 from agent import mig_discovery, mig_manager, nvmlapi
-from agent.mig_manager import Create, Instance, Intent, Owned, Refuse, Use, Want
+from agent.mig_manager import Create, Destroy, Instance, Intent, Owned, Refuse, Use, Want
 from agent.nvmlapi import NVML
 
 log = logging.getLogger(__name__)
@@ -40,10 +49,20 @@ log = logging.getLogger(__name__)
 _MAX_GI_ID = 15
 #: Compute instance ids probed inside a GPU instance.
 _MAX_CI_ID = 8
+#: MIG device UUIDs fgpu destroyed, remembered so that an admission naming one by a stale
+#: picture is refused until discovery drops it (UUIDs never come back, so old ones are harmless).
+_GONE_KEPT = 4096
+
+#: The live holds, or how to read them (called with the GPU's lock held).
+Live = Sequence[Want] | Callable[[], Sequence[Want]]
 
 
 class MIGError(Exception):
     """A MIG instance could not be made ready; the message is the container's refusal reason."""
+
+
+class RecordError(MIGError):
+    """fgpu's record cannot be written safely (a state directory others may write, a link)."""
 
 
 class MIGObserver(Protocol):
@@ -78,50 +97,109 @@ class Record:
 class OwnedFile:
     """fgpu's record of the instances it created, on the node's disk.
 
-    A JSON list: `{"gpu_uuid", "gi_id", "profile", "placement_start"}` per instance, and
+    A JSON list: `{"gpu_uuid", "gi_id", "profile", "placement_start", "uuid"}` per instance, and
     `{"intent": true, "gpu_uuid", "profile", "placement_start"}` per create under way. An
     older agent skips the intent rows (no `gi_id`), so a downgrade leaks rather than destroys.
+    An entry without "uuid" (written by an agent before the UUID was recorded) is skipped: its
+    instance cannot be told from an operator's made at the same place, so it is leaked.
     """
 
     def __init__(self, path: Path) -> None:
         self._path = path
 
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def problem(self) -> str:
+        """Why the record's directory cannot be trusted (others may write it), or "" when it can."""
+        try:
+            st = os.lstat(self._path.parent)
+        except FileNotFoundError:
+            return ""
+        except OSError as err:
+            return f"fgpu's MIG record directory {self._path.parent} cannot be read: {err.strerror}"
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            return f"fgpu's MIG record directory {self._path.parent} is not a directory (a symlink?); make it one"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return (
+                f"fgpu's MIG record directory {self._path.parent} is writable by group or others "
+                f"(mode {stat.S_IMODE(st.st_mode):o}), so anyone could forge which MIG instances fgpu destroys; "
+                "chmod go-w it, or set stateDir to a directory only the agent writes"
+            )
+        return ""
+
     def read(self) -> frozenset[Owned]:
         return self.load().owned
 
     def load(self) -> Record:
+        problem = self.problem()
+        if problem:
+            log.warning("%s; no MIG instance found is taken for fgpu's", problem)
+            return Record()
         try:
-            raw = json.loads(self._path.read_text(encoding="utf-8"))
+            fd = os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
             return Record()
+        except OSError as err:
+            # Unreadable, or a link planted at the path: fgpu then owns nothing it finds, and leaks.
+            why = "is a symlink" if err.errno == errno.ELOOP else err.strerror
+            log.warning("MIG record %s unreadable (%s); no instance found is taken for fgpu's", self._path, why)
+            return Record()
+        try:
+            with os.fdopen(fd, encoding="utf-8") as f:
+                raw = json.loads(f.read())
         except (OSError, ValueError) as err:
-            # Unreadable: fgpu then owns nothing it finds, and leaks rather than destroys.
             log.warning("MIG record %s unreadable (%s); no instance found is taken for fgpu's", self._path, err)
             return Record()
         owned, intents = set(), set()
+        legacy = 0
         for item in raw if isinstance(raw, list) else []:
             try:
                 if isinstance(item, dict) and item.get("intent") is True:
                     intents.add(Intent(str(item["gpu_uuid"]), str(item["profile"]), int(item["placement_start"])))
+                elif isinstance(item, dict) and "uuid" not in item and "gi_id" in item:
+                    legacy += 1
                 else:
-                    owned.add(Owned(str(item["gpu_uuid"]), int(item["gi_id"]), str(item["profile"]), int(item["placement_start"])))
+                    owned.add(Owned(
+                        str(item["gpu_uuid"]), int(item["gi_id"]), str(item["profile"]), int(item["placement_start"]),
+                        str(item["uuid"]),
+                    ))
             except (KeyError, TypeError, ValueError):
                 log.warning("MIG record %s: skipping entry %r", self._path, item)
+        if legacy:
+            log.warning(
+                "MIG record %s: %d entr(ies) written by an older agent carry no MIG device UUID, so their instances "
+                "cannot be told from an operator's made at the same place; they are treated as not fgpu's (kept "
+                "until an operator removes them)", self._path, legacy,
+            )
         return Record(frozenset(owned), frozenset(intents))
 
     def save(self, record: Record) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._path.with_suffix(".tmp")
+        """Writes the record atomically; RecordError when its directory is not the agent's alone."""
+        directory = self._path.parent
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        problem = self.problem()
+        if problem:
+            raise RecordError(problem)
         rows: list[dict[str, Any]] = sorted((asdict(o) for o in record.owned), key=lambda r: (r["gpu_uuid"], r["gi_id"]))
         rows += sorted(
             ({"intent": True, **asdict(i)} for i in record.intents), key=lambda r: (r["gpu_uuid"], r["placement_start"])
         )
-        # fsync before the rename: the intent must be on disk before NVML is asked to create.
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.write(json.dumps(rows, sort_keys=True))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, self._path)
+        # A fresh file (O_EXCL, mode 0600) in the same directory, renamed over the record: a link
+        # planted at either name is never followed, and readers see the old or the new record whole.
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{self._path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(json.dumps(rows, sort_keys=True))
+                out.flush()
+                # fsync before the rename: the intent must be on disk before NVML is asked to create.
+                os.fsync(out.fileno())
+            os.replace(tmp, self._path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
 
 class MIGNode:
@@ -129,23 +207,47 @@ class MIGNode:
         self._nvml = nvml
         self._record = record
         self._observer: MIGObserver = observer or _Quiet()
-        self._lock = threading.Lock()
+        #: One per GPU: NVML's MIG calls on that GPU and the record entries of it. Re-entrant: the
+        #: mode switch holds it across its checks and `reconcile`.
+        self._gpu_locks: dict[str, threading.RLock] = {}
+        self._locks_lock = threading.Lock()
+        #: Read-modify-write of the record file (entries of different GPUs change concurrently).
+        self._record_lock = threading.Lock()
+        self._gone: dict[str, None] = {}
+
+    @contextlib.contextmanager
+    def locked(self, gpu_uuid: str) -> Iterator[None]:
+        """The GPU's MIG lock. Lock order: a GPU's lock, then the admission ledger's, never the reverse."""
+        with self._locks_lock:
+            lock = self._gpu_locks.setdefault(gpu_uuid, threading.RLock())
+        with lock:
+            yield
+
+    def destroyed_lately(self, mig_uuid: str) -> bool:
+        """Whether fgpu destroyed (or is destroying) the MIG device `mig_uuid`."""
+        return mig_uuid in self._gone
 
     def instances(self, gpu_uuids: list[str]) -> list[Instance]:
         return [i for uuid in gpu_uuids for i in read_instances(self._nvml, uuid)]
 
     def owned(self, gpu_uuids: list[str]) -> list[tuple[Instance, bool]]:
         """The GPUs' instances, each with whether it is fgpu's (intents settled first)."""
-        with self._lock:
-            instances = self.instances(gpu_uuids)
-            _, owned = self._settle(gpu_uuids, instances)
-        return [(i, Owned(i.gpu_uuid, i.gi_id, i.profile, i.placement_start) in owned) for i in instances]
+        out = []
+        for gpu in gpu_uuids:
+            with self.locked(gpu):
+                instances = self.instances([gpu])
+                owned = self._settle(gpu, instances)
+            out += [(i, Owned.of(i) in owned) for i in instances]
+        return out
 
-    def prepare(self, want: Want, *, live: list[Want]) -> str:
-        """The MIG device UUID for `want`, created when needed; raises MIGError with the refusal reason."""
-        with self._lock:
+    def prepare(self, want: Want, *, live: Live) -> str:
+        """The MIG device UUID for `want`, created when needed; raises MIGError with the refusal reason.
+
+        `live`: every live pod's wants; a callable is read with the GPU's lock held.
+        """
+        with self.locked(want.gpu_uuid):
             try:
-                return self._prepare(want, live)
+                return self._prepare(want, _read(live))
             except MIGError as err:
                 self._observer.failed(action="create", reason=str(err))
                 raise
@@ -154,19 +256,19 @@ class MIGNode:
                 self._observer.failed(action="create", reason=reason)
                 raise MIGError(reason) from err
 
-    def _prepare(self, want: Want, live: list[Want]) -> str:
+    def _prepare(self, want: Want, live: Sequence[Want]) -> str:
         instances = read_instances(self._nvml, want.gpu_uuid)
-        record, owned = self._settle([want.gpu_uuid], instances)
-        holders = {(w.gpu_uuid, w.placement_start): w.pod_uid for w in live if w.pod_uid != want.pod_uid}
-        action = mig_manager.for_allocation(want, instances, owned, holders)
+        owned = self._settle(want.gpu_uuid, instances)
+        action = mig_manager.for_allocation(want, instances, owned, live)
         if isinstance(action, Refuse):
             raise MIGError(action.reason)
         if isinstance(action, Use):
             return action.instance.uuid
         assert isinstance(action, Create)
+        intent = Intent(want.gpu_uuid, want.profile, want.placement_start)
         # Announced before NVML is asked: an agent that dies between the create and the entry
         # below leaves this intent, and the next one finds the instance it names (`_settle`).
-        self._record.save(Record(record.owned, record.intents | {Intent(want.gpu_uuid, want.profile, want.placement_start)}))
+        self._update(lambda r: Record(r.owned, r.intents | {intent}))
         try:
             made = self._create(want)
         except _HalfMade:
@@ -174,65 +276,126 @@ class MIGNode:
         except MIGError:
             # Nothing was made (NVML refused, or the half-made instance is gone again). Dropped, not
             # settled: an instance someone else put at the placement meanwhile is not fgpu's.
-            self._record.save(record)
+            self._update(lambda r: Record(r.owned, r.intents - {intent}))
             raise
+        entry = Owned.of(made)
+
+        def made_it(r: Record) -> Record:
+            # This GPU's entries become what NVML confirms (entries of instances gone are dropped)
+            # plus the new one; other GPUs' entries are theirs to settle.
+            others = frozenset(o for o in r.owned if o.gpu_uuid != want.gpu_uuid)
+            return Record(others | owned | {entry}, r.intents - {intent})
+
         # Written before the container starts: from here on the record proves the instance fgpu's.
-        others = frozenset(o for o in record.owned if o.gpu_uuid != want.gpu_uuid)  # other GPUs' entries, untouched
-        entry = Owned(want.gpu_uuid, made.gi_id, want.profile, want.placement_start)
-        self._record.save(Record(others | owned | {entry}, record.intents))
+        try:
+            self._update(made_it)
+        except MIGError:
+            # Not recorded, the instance would be an operator's for good: it goes again (the
+            # intent stays on disk if the first write got there, and settles the same way).
+            with contextlib.suppress(MIGError):
+                destroy(self._nvml, made)
+            raise
         self._observer.created(made, pod_uid=want.pod_uid)
         return made.uuid
 
-    def reconcile(self, gpu_uuids: list[str], live: list[Want], *, scope: list[Want] | None = None) -> list[Instance]:
-        """Destroys fgpu's instances no live pod asks for; returns what it destroyed.
+    def reconcile(
+        self,
+        gpu_uuids: list[str],
+        live: Live,
+        *,
+        scope: list[Want] | None = None,
+        choosing: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
+    ) -> list[Instance]:
+        """Destroys fgpu's instances no live pod holds; returns what it destroyed.
 
-        `scope`: only fgpu's instances at these placements (see `mig_manager.to_destroy`).
-        The record is rewritten to what NVML confirms, so entries of instances gone are dropped,
-        and intents an interrupted create left on these GPUs are settled first.
+        One GPU at a time, under its lock: intents an interrupted create left are settled first,
+        the live holds read (`live`, when callable, with the GPU's lock held), and the record
+        rewritten to what NVML confirms, so entries of instances gone are dropped. `scope`: only
+        fgpu's instances these wants name (see `mig_manager.to_destroy`). `choosing`: a lock held
+        while the live holds are read and the instances to destroy are marked gone (the admission
+        ledger's: an admission naming one of them by UUID after that is refused, one before it is
+        counted); the destroys themselves run without it.
         """
-        with self._lock:
-            instances = self.instances(gpu_uuids)
-            record, owned = self._settle(gpu_uuids, instances)
-            destroyed = []
-            for action in mig_manager.to_destroy(instances, owned, live, scope=scope):
-                try:
-                    destroy(self._nvml, action.instance)
-                except MIGError as err:
-                    log.warning("MIG instance %s kept: %s", action.instance, err)
-                    self._observer.failed(action="destroy", reason=str(err))
-                    continue
-                log.info("destroyed MIG %s (%s): %s", action.instance.uuid, action.instance.profile, action.reason)
-                destroyed.append(action.instance)
-                self._observer.destroyed(action.instance)
-            gone = {(i.gpu_uuid, i.gi_id) for i in destroyed}
-            # Entries of GPUs not looked at stay as they were: they are neither confirmed nor contradicted.
-            looked = set(gpu_uuids)
-            kept = frozenset(o for o in owned if (o.gpu_uuid, o.gi_id) not in gone)
-            kept |= frozenset(o for o in record.owned if o.gpu_uuid not in looked)
-            if kept != record.owned:
-                self._record.save(Record(kept, record.intents))
-            return destroyed
+        destroyed = []
+        for gpu in gpu_uuids:
+            with self.locked(gpu):
+                destroyed += self._reconcile(gpu, live, scope, choosing)
+        return destroyed
 
-    def _settle(self, gpu_uuids: list[str], instances: list[Instance]) -> tuple[Record, frozenset[Owned]]:
-        """The record with the intents on these GPUs resolved against `instances` (what NVML shows on
-        them now) and written back if there were any; and fgpu's instances among `instances`.
+    def _reconcile(
+        self, gpu: str, live: Live, scope: list[Want] | None,
+        choosing: Callable[[], contextlib.AbstractContextManager[object]] | None,
+    ) -> list[Instance]:
+        instances = self.instances([gpu])
+        owned = self._settle(gpu, instances)
+        with choosing() if choosing is not None else contextlib.nullcontext():
+            actions = mig_manager.to_destroy(instances, owned, _read(live), scope=scope)
+            self._forget_later([a.instance.uuid for a in actions if a.instance.uuid])
+        destroyed = self._destroy(actions)
+        gone = {Owned.of(i) for i in destroyed}
+        kept = frozenset(o for o in owned if o not in gone)
 
-        Called with `_lock` held, so no create of this process is under way: an intent found is one
-        an earlier agent left when it stopped mid-create.
+        def confirmed(r: Record) -> Record:
+            return Record(frozenset(o for o in r.owned if o.gpu_uuid != gpu) | kept, r.intents)
+
+        before = self._record.load()
+        if confirmed(before) != before:
+            self._update(confirmed)
+        return destroyed
+
+    def _destroy(self, actions: list[Destroy]) -> list[Instance]:
+        destroyed = []
+        for action in actions:
+            try:
+                destroy(self._nvml, action.instance)
+            except MIGError as err:
+                self._gone.pop(action.instance.uuid, None)  # still there: usable again
+                log.warning("MIG instance %s kept: %s", action.instance, err)
+                self._observer.failed(action="destroy", reason=str(err))
+                continue
+            log.info("destroyed MIG %s (%s): %s", action.instance.uuid, action.instance.profile, action.reason)
+            destroyed.append(action.instance)
+            self._observer.destroyed(action.instance)
+        return destroyed
+
+    def _forget_later(self, uuids: list[str]) -> None:
+        for uuid in uuids:
+            self._gone[uuid] = None
+        while len(self._gone) > _GONE_KEPT:
+            self._gone.pop(next(iter(self._gone)))
+
+    def _update(self, change: Callable[[Record], Record]) -> Record:
+        """The record read, changed and written as one step (another GPU's create may write it too)."""
+        with self._record_lock:
+            record = change(self._record.load())
+            self._record.save(record)
+            return record
+
+    def _settle(self, gpu: str, instances: list[Instance]) -> frozenset[Owned]:
+        """fgpu's instances among `instances` (what NVML shows on `gpu` now), with the intents on `gpu`
+        resolved against them first and the record written back if there were any.
+
+        Called with the GPU's lock held, so no create of this process is under way on it: an intent
+        found is one an earlier agent left when it stopped mid-create.
         """
         record = self._record.load()
-        looked = set(gpu_uuids)
-        stale = frozenset(i for i in record.intents if i.gpu_uuid in looked)
-        if stale:
-            made = mig_manager.resolve_intents(instances, record.owned, stale)
-            for o in made:
-                log.warning(
-                    "MIG %s at memory slice %d of GPU %s (GPU instance %d) was created by an agent that stopped "
-                    "before recording it: recorded as fgpu's now", o.profile, o.placement_start, o.gpu_uuid, o.gi_id,
-                )
-            record = Record(record.owned | made, record.intents - stale)
-            self._record.save(record)
-        return record, mig_manager.owned_now(instances, record.owned)
+        if any(i.gpu_uuid == gpu for i in record.intents):
+            def settled(r: Record) -> Record:
+                stale = frozenset(i for i in r.intents if i.gpu_uuid == gpu)
+                made = mig_manager.resolve_intents(instances, r.owned, stale)
+                for o in made:
+                    log.warning(
+                        "MIG %s at memory slice %d of GPU %s (GPU instance %d) was created by an agent that stopped "
+                        "before recording it: recorded as fgpu's now", o.profile, o.placement_start, o.gpu_uuid, o.gi_id,
+                    )
+                return Record(r.owned | made, r.intents - stale)
+
+            try:
+                record = self._update(settled)
+            except RecordError as err:
+                log.warning("MIG intents on GPU %s not settled: %s", gpu, err)
+                return frozenset()
+        return mig_manager.owned_now(instances, record.owned)
 
     def _create(self, want: Want) -> Instance:
         """The GPU instance and its compute instance; MIGError when NVML refuses, with nothing left behind
@@ -275,6 +438,10 @@ class MIGNode:
 
 class _HalfMade(MIGError):
     """A create failed and left a GPU instance that could not be destroyed again."""
+
+
+def _read(live: Live) -> Sequence[Want]:
+    return live() if callable(live) else live
 
 
 def read_instances(nvml: NVML, gpu_uuid: str) -> list[Instance]:

@@ -281,6 +281,13 @@ DESCHEDULER_NAME: Final = "fgpu-descheduler"
 EVENT_DEFRAG_EVICTED: Final = "DefragEvicted"
 EVENT_DEFRAG_WOULD_EVICT: Final = "DefragWouldEvict"
 EVENT_DEFRAG_ABORTED: Final = "DefragAborted"
+#: ConfigMap (in the descheduler's own namespace) that records why the evictor stopped, so a restart
+#: stays stopped: data {"reason": ..., "since": RFC 3339}. Delete it and restart the descheduler to resume.
+DESCHEDULER_STOP_CONFIGMAP: Final = "fgpu-descheduler-stopped"
+DESCHEDULER_STOP_REASON_KEY: Final = "reason"
+DESCHEDULER_STOP_SINCE_KEY: Final = "since"
+#: Env var naming the descheduler's own namespace (the Deployment sets it from the downward API).
+DESCHEDULER_NAMESPACE_ENV: Final = "FGPU_DESCHEDULER_NAMESPACE"
 #: Prometheus metrics of the descheduler.
 METRIC_DEFRAG_MOVES: Final = "fgpu_defrag_moves_total"
 #: Pending pods room was made for, and the GPU-seconds they had waited by then (GPUs x wait): the

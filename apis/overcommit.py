@@ -175,3 +175,7 @@ def _number(key: str, raw: str, *, example: str, errors: list[str]) -> int | Non
         errors.append(f"annotation {key}: {raw!r} is not a whole non-negative number; write e.g. {example}")
         return None
     return int(value)
+
+
+#: `Burst` lives beside `DeviceRequest` (its `limit`) and is re-exported for readers of this module.
+__all__ = ["ANNOTATIONS", "Burst", "burst_of", "tier"]

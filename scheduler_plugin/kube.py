@@ -232,15 +232,21 @@ class Kube:
         """policy/v1 PodDisruptionBudgets of all namespaces (read by `fgpuctl defrag-plan`)."""
         return _listing(self._call(self._policy.list_pod_disruption_budget_for_all_namespaces))
 
-    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False, grace: int | None = None) -> None:
+    def evict_pod(
+        self, namespace: str, name: str, *, dry_run: bool = False, grace: int | None = None, uid: str = ""
+    ) -> None:
         """POST pods/<name>/eviction (policy/v1): the API server enforces PodDisruptionBudgets.
 
         A budget that forbids it answers 429 (`KubeAPIError.status`), a pod already gone 404.
         `dry_run`: the server checks everything and deletes nothing; `grace`: the pod's
-        termination grace period in seconds (None: the pod's own).
+        termination grace period in seconds (None: the pod's own); `uid`: evict only that pod
+        (`deleteOptions.preconditions.uid`), so a pod recreated under the same name (a
+        StatefulSet's) answers 409 instead of being evicted in its place.
         """
         body: JSON = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
         options: JSON = {}
+        if uid:
+            options["preconditions"] = {"uid": uid}
         if dry_run:
             options["dryRun"] = ["All"]
         if grace is not None:
@@ -248,6 +254,37 @@ class Kube:
         if options:
             body["deleteOptions"] = options
         self._call(self._core.create_namespaced_pod_eviction, name=name, namespace=namespace, body=body)
+
+    # --- workload controllers (read by the descheduler: does a pod's owner recreate it?) ---
+
+    def list_replica_sets(self) -> Listing:
+        """apps/v1 ReplicaSets of all namespaces (list items carry no apiVersion/kind)."""
+        return _listing(self._call(client.AppsV1Api(self._api).list_replica_set_for_all_namespaces))
+
+    def list_stateful_sets(self) -> Listing:
+        """apps/v1 StatefulSets of all namespaces."""
+        return _listing(self._call(client.AppsV1Api(self._api).list_stateful_set_for_all_namespaces))
+
+    def list_jobs(self) -> Listing:
+        """batch/v1 Jobs of all namespaces."""
+        return _listing(self._call(client.BatchV1Api(self._api).list_job_for_all_namespaces))
+
+    def list_events(self, *, field_selector: str = "") -> Listing:
+        """core/v1 Events of all namespaces, e.g. `field_selector="reason=DefragEvicted"`."""
+        return _listing(self._call(self._core.list_event_for_all_namespaces, field_selector=field_selector))
+
+    def get_config_map(self, *, namespace: str, name: str) -> JSON | None:
+        """The ConfigMap, or None when there is none."""
+        try:
+            return _json(self._call(self._core.read_namespaced_config_map, name=name, namespace=namespace))
+        except KubeAPIError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create_config_map(self, *, namespace: str, body: JSON) -> JSON:
+        """POST; 409 when one of that name exists."""
+        return _json(self._call(self._core.create_namespaced_config_map, namespace=namespace, body=body))
 
     # --- namespaces ----------------------------------------------------------
 

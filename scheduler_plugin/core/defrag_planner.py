@@ -48,6 +48,8 @@ class Candidate:
     request: PodRequest
     node: NodeName
     budgets: tuple[str, ...] = ()
+    #: the pod's `spec.priority`; `plan_room(max_priority=...)` leaves higher ones in place
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,12 +101,17 @@ def plan_room(
     allowances: Mapping[str, int] | None = None,
     node_moves_left: Mapping[NodeName, int] | None = None,
     max_tries: int = DEFAULT_MAX_TRIES,
+    max_priority: int | None = None,
 ) -> Plan | NoPlan:
     """The moves that let `pending` (not counted in `core`) be scheduled; see the module docstring.
 
     `allowances`: budget name -> disruptions it still allows (a budget not named allows none).
     `node_moves_left`: node -> moves its rate limit still allows there (absent: unlimited).
+    `max_priority`: the pending pod's priority; candidates above it never move for it (as
+    kube-scheduler's preemption never disrupts a higher-priority pod for a lower one). None: any.
     """
+    if max_priority is not None:
+        candidates = {uid: c for uid, c in candidates.items() if c.priority <= max_priority}
     demand = demand_of(pending)
     if not demand.wants_gpu:
         return NoPlan(Refusal.NOT_A_GPU_POD)

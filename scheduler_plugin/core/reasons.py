@@ -19,7 +19,7 @@ import numpy as np
 from apis import names
 from apis.mig import MIGMode
 from apis.quantity import format_bytes
-from scheduler_plugin.core import gpuchoice, mig_placement
+from scheduler_plugin.core import gpuchoice, mig_placement, overcommit
 from scheduler_plugin.core.cluster import ClusterState
 from scheduler_plugin.core.demand import Demand
 from scheduler_plugin.core.filtering import (
@@ -199,6 +199,12 @@ def _gpu_reason(state: ClusterState, record: NodeRecord, slot: int, constraints:
         return Reason(f"{fitting} of {total} GPUs fully free, pod needs {need}", False)
     if not demand.whole and fitting < demand.gpus:
         return Reason(_share_reason(record, state, slot, demand, gpu_slots, fitting, need), False)
+    if demand.burst is not None:
+        fits_row = fits_row & _burst_row(state, slot, demand)
+        if int(fits_row.sum()) < demand.gpus:
+            ratio = int(state.burst_ratio[slot])
+            # Without the pool's ratio label waiting helps nothing; with it, pods leaving may make room.
+            return Reason(overcommit.refusal(demand, ratio), ratio <= 0)
     if demand.gpus > 1 and len({gpu.model_label for gpu in usable}) > 1:
         per_model = _fitting_per_model(record, fits_row)
         if max(per_model.values(), default=0) < demand.gpus:
@@ -275,6 +281,17 @@ def _fits_row(state: ClusterState, slot: int, demand: Demand, constraints: Const
         row: BoolArray = eligible & (core_free == state.core_total[slot]) & (mem_free == mem_total)
     else:
         row = eligible & (core_free >= demand.core_percent) & (mem_free >= demand.memory_need(mem_total))
+    return row
+
+
+def _burst_row(state: ClusterState, slot: int, demand: Demand) -> BoolArray:
+    """The burstable rule (core/overcommit.py) on the node's GPUs, as the filter applies it."""
+    one = slice(slot, slot + 1)
+    row: BoolArray = overcommit.burst_fits(
+        demand, ratio=state.burst_ratio[one], mem_total=state.mem_total[one],
+        guaranteed_core=state.guaranteed_core[one], guaranteed_mem=state.guaranteed_mem[one],
+        burst_core=state.burst_core[one], burst_mem=state.burst_mem[one],
+    )[0]
     return row
 
 

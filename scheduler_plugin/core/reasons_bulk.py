@@ -3,8 +3,8 @@
 The extender's filter must say why each of thousands of nodes failed. Most
 fail for a handful of plain reasons (CPU, memory, not enough free GPUs, a taint) that
 can be told from array columns, so those are worked out for all nodes in one
-pass; the rest (unknown node, labels, models, health, MIG, topology) go
-through `reasons.explain` one by one. Both paths produce the same words;
+pass; the rest (unknown node, labels, models, health, MIG, topology, a
+burstable pod's GPUs) go through `reasons.explain` one by one. Both paths produce the same words;
 tests hold them to it.
 """
 
@@ -77,7 +77,9 @@ def explain_many(
         reasons[i] = Reason(text, demand.host_memory_bytes > int(mem_alloc[i]))
 
     gpu_stage = simple & ~cpu_short & ~mem_short
-    if demand.wants_gpu and gpu_stage.any():
+    # A burstable pod also meets the pool's ratio rule (core/overcommit.py); the filter's rows
+    # mix it with free capacity, so its GPU reasons are told node by node.
+    if demand.wants_gpu and demand.burst is None and gpu_stage.any():
         _gpu_reasons(state, slots, fits, constraints, gpu_stage, reasons, gpu_index)
 
     return [

@@ -1,10 +1,13 @@
 """The cluster as one descheduler cycle sees it: read from the API, loaded into the scheduler's core.
 
-Everything is read afresh each cycle (Nodes, Devices, pods, PodDisruptionBudgets, namespaces), so
-the controller keeps no state a restart could lose. Bound pods are added to the core with their
-recorded allocations; the ones `safety.why_not_movable` allows become the planner's candidates,
-with the budgets that cover them. Pending pods addressed to fgpu's scheduler become the trigger's
-`Pending`s.
+Everything is read afresh each cycle (Nodes, Devices, pods, PodDisruptionBudgets, namespaces, and
+the ReplicaSets, StatefulSets and Jobs that own pods), so the controller keeps no state a restart
+could lose. Bound pods are added to the core with their recorded allocations; the ones
+`safety.why_not_movable` allows and whose owner exists and recreates them
+(`owners.why_not_recreated`) become the planner's candidates, with the budgets that cover them
+and their priority. Pending pods addressed to fgpu's scheduler that wait for room the simulation
+models (`unschedulable.why_not_actionable`) become the trigger's `Pending`s; the others are kept
+in `set_aside` with the reason.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from scheduler_plugin.core.defrag_measure import Fragmentation, measure, workloa
 from scheduler_plugin.core.defrag_planner import Candidate
 from scheduler_plugin.core.demand import FULL_PERCENT, Demand, demand_of, share_milli
 from scheduler_plugin.core.scheduler import Scheduler
-from scheduler_plugin.descheduler import budgets, safety
+from scheduler_plugin.descheduler import budgets, owners, safety, unschedulable
 from scheduler_plugin.descheduler.triggers import NodeLoad, Pending
 
 MILLI_PER_PERCENT = 10
@@ -41,6 +44,12 @@ class Reader(Protocol):
 
     def list_namespaces(self) -> Any: ...
 
+    def list_replica_sets(self) -> Any: ...
+
+    def list_stateful_sets(self) -> Any: ...
+
+    def list_jobs(self) -> Any: ...
+
 
 @dataclass
 class ClusterView:
@@ -50,7 +59,13 @@ class ClusterView:
     allowances: dict[str, int] = field(default_factory=dict)
     #: pod key -> uid, for the Events' involvedObject
     uids: dict[str, str] = field(default_factory=dict)
-    pending: dict[str, tuple[PodRequest, Pending]] = field(default_factory=dict)
+    #: pod key -> (request, trigger's view, priority) of the pending pods moves may help
+    pending: dict[str, tuple[PodRequest, Pending, int]] = field(default_factory=dict)
+    #: pending pod key -> why moving pods would not help it
+    set_aside: dict[str, str] = field(default_factory=dict)
+    #: uids of every pending pod of fgpu's scheduler, and of every pod bound to a node (the settle check)
+    pending_uids: set[str] = field(default_factory=set)
+    bound_uids: set[str] = field(default_factory=set)
     loads: list[NodeLoad] = field(default_factory=list)
     idle_by_model: dict[str, int] = field(default_factory=dict)
     fragmentation: Fragmentation = field(default_factory=lambda: Fragmentation(0.0, 0, 0))
@@ -67,6 +82,12 @@ def _age_s(pod: Mapping[str, Any], now: datetime.datetime) -> float:
     return max(0.0, (now - created).total_seconds())
 
 
+def priority_of(pod: Mapping[str, Any]) -> int:
+    """`spec.priority` (the admission plugin resolves the class into it); 0 when unset."""
+    value = podutil.spec(pod).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def load(reader: Reader, *, policy: str, now: datetime.datetime) -> ClusterView:
     view = ClusterView(core=Scheduler(policy=policy))
     core = view.core
@@ -81,10 +102,17 @@ def load(reader: Reader, *, policy: str, now: datetime.datetime) -> ClusterView:
     }
     pdbs = list(reader.list_pod_disruption_budgets().items)
     view.allowances = budgets.allowances(pdbs)
+    known = owners.Owners.of(
+        replica_sets=reader.list_replica_sets().items,
+        stateful_sets=reader.list_stateful_sets().items,
+        jobs=reader.list_jobs().items,
+    )
     demands: list[Demand] = []
     for pod in reader.list_pods().items:
         key = podutil.key(pod)
         view.uids[key] = str(podutil.uid(pod))
+        if podutil.node_name(pod):
+            view.bound_uids.add(str(podutil.uid(pod)))
         if podutil.holds_resources(pod):
             request, _ = podutil.request_of_bound(pod, rules=None)
             text = podutil.annotations_of(pod).get(names.DEVICE_ALLOCATED)
@@ -97,9 +125,14 @@ def load(reader: Reader, *, policy: str, now: datetime.datetime) -> ClusterView:
             demands.append(demand_of(request))
             covering = budgets.covering(pdbs, pod)
             # The Eviction API refuses a pod under two budgets (500): such a pod cannot move.
-            if len(covering) <= 1 and not safety.why_not_movable(pod, namespaces.get(str(podutil.meta(pod).get("namespace")))):
-                view.candidates[request.uid] = Candidate(request=request, node=node, budgets=covering)
+            if (
+                len(covering) <= 1
+                and not safety.why_not_movable(pod, namespaces.get(str(podutil.meta(pod).get("namespace"))))
+                and not owners.why_not_recreated(pod, known)
+            ):
+                view.candidates[request.uid] = Candidate(request=request, node=node, budgets=covering, priority=priority_of(pod))
         elif podutil.wants_us(pod):
+            view.pending_uids.add(str(podutil.uid(pod)))
             try:
                 request = podutil.request_of(pod, rules=None)
             except ValueError:
@@ -108,9 +141,14 @@ def load(reader: Reader, *, policy: str, now: datetime.datetime) -> ClusterView:
                 continue
             demand = demand_of(request)
             demands.append(demand)
+            why_not = unschedulable.why_not_actionable(pod)
+            if why_not:
+                view.set_aside[key] = why_not
+                continue
             view.pending[key] = (
                 request,
                 Pending(key=key, age_s=_age_s(pod, now), gpu_milli=demand.gpus * share_milli(demand), models=request.model_use),
+                priority_of(pod),
             )
     view.fragmentation = measure(core, workload_of(demands))
     _loads(view)

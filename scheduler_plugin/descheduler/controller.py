@@ -7,9 +7,15 @@ one plan comes back, which the `Evictor` carries out (or records, in dry-run). W
 made and the explicit consolidation mode is due, `triggers.nodes_to_empty` names low-occupancy
 nodes and the same planner (`plan_consolidation`) is asked to empty one.
 
-After acting for a pending pod it watches that pod: if it is still pending `settle_s` later, the
-plan did not work out as simulated, and the evictor is stopped until restart (an unexpected
-outcome is never retried blindly).
+Pending pods the simulation cannot stand for (`cluster_view.ClusterView.set_aside`: waiting for a
+volume, pod affinity, a topology spread, another resource) are never made room for, and only
+candidates of at most the pending pod's priority are moved for it.
+
+After acting for a pending pod it watches that pod (by uid): only its binding counts as success.
+If it is still pending `settle_s` later, or gone without having bound (deleted, or replaced by a
+pod of the same name), the plan did not work out as simulated, and the evictor is stopped (an
+unexpected outcome is never retried blindly; a tenant who deletes and recreates the pending pod
+cannot spend the budget again and again).
 """
 
 from __future__ import annotations
@@ -73,8 +79,8 @@ class Controller:
         self._now = now
         self._monotonic = monotonic
         self._last_consolidation: float | None = None
-        #: the pod the last real plan made room for, and when
-        self._watching: tuple[str, float] | None = None
+        #: the pod (key, uid) the last real plan made room for, and when
+        self._watching: tuple[str, str, float] | None = None
 
     def cycle(self, stats: Stats) -> str:
         """One pass; returns what it did in a line (for logs and tests)."""
@@ -94,8 +100,13 @@ class Controller:
     def _check_last_plan(self, view: ClusterView, stats: Stats) -> None:
         if self._watching is None:
             return
-        key, since = self._watching
-        if key not in view.pending:
+        key, uid, since = self._watching
+        if uid in view.bound_uids:
+            self._watching = None
+            return
+        if uid not in view.pending_uids:
+            stats.abort("pending-pod-gone")
+            self.evictor.stop(f"pod {key} (uid {uid}) is gone without having bound after room was made for it")
             self._watching = None
             return
         if self._monotonic() - since >= self.settings.settle_s:
@@ -104,24 +115,28 @@ class Controller:
             self._watching = None
 
     def _make_room(self, view: ClusterView, stats: Stats) -> tuple[str, bool]:
+        for _ in view.set_aside:
+            stats.abort("pending-pod-not-modelled")
         decision = triggers.make_room_for(
-            [pending for _, pending in view.pending.values()],
+            [pending for _, pending, _ in view.pending.values()],
             fragmented_of_idle=view.fragmentation.of_idle,
             idle_milli_by_model=view.idle_by_model,
             settings=self.settings.room,
         )
         if not decision.targets:
-            return decision.reason, False
+            aside = "; ".join(f"{key} set aside: {why}" for key, why in sorted(view.set_aside.items())[:3])
+            return f"{decision.reason}; {aside}" if aside else decision.reason, False
         for key in decision.targets:
             left = self.evictor.moves_left()
             if left <= 0:
                 stats.abort("rate-limit")
                 return "rate limit reached", False
-            request, pending = view.pending[key]
+            request, pending, priority = view.pending[key]
             outcome = plan_room(
                 view.core, request, view.candidates,
                 max_moves=min(left, self.settings.max_moves_per_plan),
                 allowances=view.allowances, node_moves_left=self._node_moves_left(view),
+                max_priority=priority,
             )
             if isinstance(outcome, NoPlan):
                 stats.abort(outcome.reason.value)
@@ -131,7 +146,7 @@ class Controller:
             if not self.evictor.limits.dry_run:
                 stats.made_room += 1
                 stats.waited_gpu_seconds += (request.device.gpus if request.device else 0) * pending.age_s
-                self._watching = (key, self._monotonic())
+                self._watching = (key, str(request.uid), self._monotonic())
             return f"made room for {key} on {outcome.target}: moved {', '.join(m.key for m in outcome.moves)}", True
         return "no plan", False
 

@@ -4,11 +4,14 @@
                      [--pending-seconds 300] [--min-fragmentation 0.25]
                      [--consolidate-every 0] [--consolidate-max-occupancy 0.25] [--consolidate-min-gpus 1]
                      [--moves-per-hour 10] [--moves-per-node-per-hour 2] [--max-moves-per-plan 4]
-                     [--settle-seconds 600] [--metrics-port 9403]
+                     [--settle-seconds 600] [--metrics-port 9403] [--namespace NS]
 
 Dry-run is the default: it records `DefragWouldEvict` Events and evicts nothing until started with
-`--no-dry-run`. It stops evicting (keeps serving metrics) after any unexpected API answer, or when
-the pod it made room for is still pending `--settle-seconds` later. One replica: the Deployment
+`--no-dry-run`; it counts those would-be moves against the same limits. It stops evicting (keeps
+serving metrics) after any unexpected API answer, or when the pod it made room for is still
+pending `--settle-seconds` later or is gone without having bound. The stop is recorded in the
+ConfigMap `fgpu-descheduler-stopped` of `--namespace` and read back at start: delete it and restart
+to resume. The last hour's moves are rebuilt at start from its Events. One replica: the Deployment
 stops the old Pod before starting a new one, so no leader election is needed.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 from collections.abc import Sequence
@@ -63,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop evicting when the pod room was made for is still pending this long after (default 600)",
     )
     parser.add_argument("--metrics-port", type=int, default=9403, help="Prometheus metrics (default 9403; 0: none)")
+    parser.add_argument(
+        "--namespace", default=os.environ.get(names.DESCHEDULER_NAMESPACE_ENV) or "default",
+        help=f"its own namespace, where the stop is recorded (default ${names.DESCHEDULER_NAMESPACE_ENV}, else default)",
+    )
     return parser
 
 
@@ -105,6 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     assert isinstance(connected, DeschedulerKube)  # Kube.connect builds `cls`
     kube = connected
+    kube.state_namespace = args.namespace
+    try:
+        evictor = Evictor(kube, limits)
+    except KubeAPIError as exc:  # without the last hour's moves and the recorded stop it must not act
+        log.error("cannot read the last hour's moves or the recorded stop: %s", exc)
+        kube.close()
+        return 2
     registry = CollectorRegistry()
 
     def counter(name: str, text: str, labels: Sequence[str] = ()) -> Counter:
@@ -117,8 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     aborted = counter(names.METRIC_DEFRAG_ABORTED, "plans not carried out, by reason", ["reason"])
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=registry)
-    controller = Controller(kube, Evictor(kube, limits), settings)
-    log.info("started (%s)", "dry-run: Events only" if limits.dry_run else "evicting")
+    controller = Controller(kube, evictor, settings)
+    log.info(
+        "started (%s; %d moves left this hour)%s", "dry-run: Events only" if limits.dry_run else "evicting",
+        evictor.moves_left(), f"; stopped: {evictor.stopped}" if evictor.stopped else "",
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -138,7 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for reason, count in stats.aborted.items():
             aborted.labels(reason=reason).inc(count)
         if controller.evictor.stopped:
-            log.error("evictor stopped, no more evictions until restart: %s", controller.evictor.stopped)
+            log.error(
+                "evictor stopped, no more evictions until ConfigMap %s/%s is deleted and it restarts: %s",
+                args.namespace, names.DESCHEDULER_STOP_CONFIGMAP, controller.evictor.stopped,
+            )
         stop.wait(args.interval)
     kube.close()
     return 0

@@ -77,6 +77,11 @@ def fragmented(kube_api: KubeAPIServer) -> Iterator[tuple[KubeAPIServer, Desched
     kube_api.put_object("/api/v1/namespaces", {"metadata": {"name": NS, "labels": {names.DEFRAG_OPT_IN_LABEL: names.DEFRAG_OPT_IN_VALUE}}})
     for node in ("n1", "n2", "n3"):
         sched.add_node(kube_api, gpu_node(node, gpus=1))
+    for app in ("web", "db"):  # the owners exist: the descheduler looks them up
+        kube_api.put_object(f"/apis/apps/v1/namespaces/{NS}/replicasets", {
+            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": app, "namespace": NS, "uid": f"rs-{app}"}, "spec": {"replicas": 2},
+        })
     for node, app, percent in (("n1", "web", 20), ("n2", "db", 30)):
         for i in (1, 2):
             _running_share(kube_api, f"{app}-{i}", node, app, percent)

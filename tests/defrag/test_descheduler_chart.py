@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from apis import names
 from scheduler_plugin.descheduler.main import build_parser, settings_from
 from tests.deploy_chart.chart import container, one, render
 
@@ -48,3 +49,18 @@ def test_its_only_write_to_pods_is_the_eviction_subresource() -> None:
     }
     writes = {(r, v) for r, v in pod_verbs if v not in ("get", "list", "watch")}
     assert writes == {("pods/eviction", "create")}
+
+
+def test_it_may_read_the_owners_and_its_events_and_records_its_stop_in_its_own_namespace() -> None:
+    docs = render({"descheduler": {"enabled": True}}, namespace="gpu-ops")
+    rules = one(docs, "ClusterRole", "fgpu-descheduler")["rules"]
+    granted = {(group, resource, verb) for rule in rules for group in rule["apiGroups"]
+               for resource in rule["resources"] for verb in rule["verbs"]}
+    assert {("apps", "replicasets", "list"), ("apps", "statefulsets", "list"), ("batch", "jobs", "list"), ("", "events", "list")} <= granted
+    role = one(docs, "Role", "fgpu-descheduler")
+    assert role["metadata"]["namespace"] == "gpu-ops"
+    assert {(r["resources"][0], v, tuple(r.get("resourceNames", ()))) for r in role["rules"] for v in r["verbs"]} == {
+        ("configmaps", "get", (names.DESCHEDULER_STOP_CONFIGMAP,)), ("configmaps", "create", ())}
+    assert one(docs, "RoleBinding", "fgpu-descheduler")["roleRef"]["name"] == "fgpu-descheduler"
+    command = list(container(one(docs, "Deployment", "fgpu-descheduler"), "descheduler")["command"])
+    assert build_parser().parse_args(command[1:]).namespace == "gpu-ops"

@@ -101,3 +101,16 @@ def test_the_schedulers_kube_evicts_through_the_subresource_and_reports_the_budg
     assert gone.value.status == 404
     assert [p.metadata.name for p in core.list_namespaced_pod("default").items] == ["web-2"]
     assert "default" in {ns["metadata"]["name"] for ns in kube.list_namespaces().items}
+
+
+def test_an_eviction_with_another_pods_uid_as_precondition_is_refused_and_the_pod_stays(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    _running_pod(core, "db-0", {"app": "db"})
+    kube = Kube(api)
+    with pytest.raises(KubeAPIError) as replaced:
+        kube.evict_pod("default", "db-0", uid="uid-of-the-db-0-that-was-planned")
+    assert replaced.value.status == 409
+    assert "Precondition failed: UID" in str(replaced.value)
+    current = core.read_namespaced_pod("db-0", "default").metadata.uid
+    kube.evict_pod("default", "db-0", uid=current)
+    assert core.list_namespaced_pod("default").items == []

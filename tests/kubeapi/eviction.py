@@ -10,6 +10,10 @@ What the real registry does (pkg/registry/core/pod/storage/eviction.go), and the
     negative one -> 403;
   * else the budget's status is written first (`disruptionsAllowed` - 1 and the pod in
     `disruptedPods`), then the pod is deleted with the Eviction's `deleteOptions`; 201 Success.
+  * `deleteOptions.preconditions` (uid, resourceVersion) are checked by that delete, as the real
+    registry's `store.Delete` does: a pod replaced under the same name answers 409 "Precondition
+    failed: UID in precondition: ..." and stays (after the budget was spent, as for real: the
+    disruption controller gives it back).
 There is no disruption controller here: the test (or a helper) keeps the budgets' status, as the
 controller-manager would.
 """

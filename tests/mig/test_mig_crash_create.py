@@ -95,7 +95,7 @@ def test_the_pod_that_was_being_admitted_gets_the_instance_made_for_it_on_kubele
     again = MIGNode(nvml, OwnedFile(record)).prepare(WANT, live=[WANT])
 
     assert again == made.uuid
-    assert OwnedFile(record).load() == Record(owned=frozenset({Owned(GPU, made.gi_id, "3g.40gb", 4)}))
+    assert OwnedFile(record).load() == Record(owned=frozenset({Owned(GPU, made.gi_id, "3g.40gb", 4, made.uuid)}))
 
 
 def test_an_unsettled_intent_is_kept_on_gpus_not_looked_at_and_read_by_an_older_format_reader(
@@ -143,7 +143,7 @@ def test_a_one_shot_report_marks_fgpus_instances_as_the_daemon_does(
     }]}))
     # The record of the node's agent (its state directory: the hook socket's), as the daemon left it.
     OwnedFile(tmp_path / "mig-instances.json").save(
-        Record(owned=frozenset({Owned(GPU, 2, "3g.40gb", 0)})) if entry == "owned"
+        Record(owned=frozenset({Owned(GPU, 2, "3g.40gb", 0, "MIG-fgpu")})) if entry == "owned"
         else Record(intents=frozenset({Intent(GPU, "3g.40gb", 0)}))
     )
 

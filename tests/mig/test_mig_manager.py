@@ -31,41 +31,64 @@ def inst(gi: int, profile: str, start: int, *, uuid: str = "MIG-x", busy: bool =
 
 
 @pytest.mark.parametrize(
-    ("instances", "owned", "holders", "expected"),
+    ("instances", "owned", "live", "expected"),
     [
-        ([], set(), {}, Create),
-        ([inst(2, "3g.40gb", 4)], {Owned(GPU, 2, "3g.40gb", 4)}, {}, Use),  # fgpu's free instance, re-used
-        ([inst(2, "3g.40gb", 4)], set(), {}, Refuse),  # an operator's instance sits there
-        ([inst(2, "4g.40gb", 4)], {Owned(GPU, 2, "4g.40gb", 4)}, {}, Refuse),  # another profile sits there
-        ([], set(), {(GPU, 4): "other-pod"}, Refuse),  # another live pod holds the placement
+        ([], set(), [], Create),
+        ([inst(2, "3g.40gb", 4)], {Owned(GPU, 2, "3g.40gb", 4, "MIG-x")}, [], Use),  # fgpu's free instance, re-used
+        ([inst(2, "3g.40gb", 4)], set(), [], Refuse),  # an operator's instance sits there
+        ([inst(2, "4g.40gb", 4)], {Owned(GPU, 2, "4g.40gb", 4, "MIG-x")}, [], Refuse),  # another profile sits there
+        ([], set(), [Want("other-pod", GPU, "2g.20gb", 4)], Refuse),  # another live pod holds the placement
+        # another live pod holds fgpu's instance there by its MIG UUID
+        ([inst(2, "3g.40gb", 4)], {Owned(GPU, 2, "3g.40gb", 4, "MIG-x")}, [Want("other-pod", GPU, uuid="MIG-x")], Refuse),
+        # holds elsewhere do not count: another GPU's placement, another instance's UUID, the pod's own claim
+        ([inst(2, "3g.40gb", 4)], {Owned(GPU, 2, "3g.40gb", 4, "MIG-x")}, [
+            Want("other-pod", "GPU-other", "3g.40gb", 4), Want("other-pod", GPU, uuid="MIG-y"),
+            Want("pod", GPU, "3g.40gb", 4),
+        ], Use),
     ],
 )
 def test_what_an_allocation_needs_before_the_container_starts(
-    instances: list[Instance], owned: set[Owned], holders: dict[tuple[str, int], str], expected: type
+    instances: list[Instance], owned: set[Owned], live: list[Want], expected: type
 ) -> None:
-    got = for_allocation(Want("pod", GPU, "3g.40gb", 4), instances, frozenset(owned), holders)
+    got = for_allocation(Want("pod", GPU, "3g.40gb", 4), instances, frozenset(owned), live)
     assert isinstance(got, expected)
 
 
 def test_only_fgpus_idle_unheld_instances_are_destroyed() -> None:
     mine_free, mine_held, mine_busy = inst(1, "1g.10gb", 0), inst(2, "1g.10gb", 1), inst(3, "1g.10gb", 2, busy=True)
     operators = inst(4, "1g.10gb", 3)
-    owned = frozenset(Owned(GPU, i.gi_id, i.profile, i.placement_start) for i in (mine_free, mine_held, mine_busy))
+    owned = frozenset(Owned.of(i) for i in (mine_free, mine_held, mine_busy))
 
     got = to_destroy([mine_free, mine_held, mine_busy, operators], owned, [Want("p", GPU, "1g.10gb", 1)])
 
     assert [d.instance for d in got] == [mine_free]
 
 
+def test_a_hold_by_mig_uuid_keeps_fgpus_instance_and_scopes_by_uuid_too() -> None:
+    held, free = inst(1, "3g.40gb", 4, uuid="MIG-held"), inst(2, "1g.10gb", 0, uuid="MIG-free")
+    owned = frozenset({Owned.of(held), Owned.of(free)})
+    by_uuid = Want("x", GPU, uuid="MIG-held")
+
+    assert [d.instance for d in to_destroy([held, free], owned, [by_uuid])] == [free]
+    # A stopped pod that held fgpu's instance by UUID: only that instance is looked at.
+    assert [d.instance for d in to_destroy([held, free], owned, [], scope=[by_uuid])] == [held]
+
+
 def test_a_record_entry_nvml_contradicts_is_not_trusted_and_an_allocation_alone_owns_nothing() -> None:
     reused_id = inst(2, "2g.20gb", 0)  # the record says GI 2 was a 3g at 4: someone else made this one
-    recorded = inst(3, "3g.40gb", 4)
     # An operator's 1g where a stale allocation asks fgpu to create one: still the operator's.
     operators = inst(5, "1g.10gb", 6)
 
-    owned = owned_now([reused_id, recorded, operators], [Owned(GPU, 2, "3g.40gb", 4), Owned(GPU, 3, "3g.40gb", 4)])
+    recorded = inst(3, "3g.40gb", 4, uuid="MIG-ours")
+    remade = inst(4, "1g.10gb", 0, uuid="MIG-operators")  # fgpu's GI 4 was destroyed and made again at the same place
+    entries = [
+        Owned(GPU, 2, "3g.40gb", 4, "MIG-x"), Owned(GPU, 3, "3g.40gb", 4, "MIG-ours"),
+        Owned(GPU, 4, "1g.10gb", 0, "MIG-fgpus-gone"),
+    ]
 
-    assert owned == frozenset({Owned(GPU, 3, "3g.40gb", 4)})
+    owned = owned_now([reused_id, recorded, operators, remade], entries)
+
+    assert owned == frozenset({Owned(GPU, 3, "3g.40gb", 4, "MIG-ours")})
 
 
 # --- through the fake NVML ------------------------------------------------------------------

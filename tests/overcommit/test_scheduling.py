@@ -7,8 +7,8 @@ import pytest
 
 from apis import names
 from apis.allocation import decode_allocation, encode_allocation
-from apis.devices import NodeDevices
 from apis.device_request import DeviceRequest
+from apis.devices import NodeDevices
 from apis.overcommit import Burst
 from scheduler_plugin.core.api import NodeName
 from scheduler_plugin.core.scheduler import Scheduler
@@ -85,3 +85,51 @@ def test_a_burstable_pod_is_never_served_by_a_mig_instance() -> None:
     scheduler.upsert_node_info(info("m", labels={names.NODE_BURSTABLE_RATIO: "2"}))
     assert not _fits(scheduler, "b", _burstable(10, 8, core_limit=20, gib_limit=16))
     assert _fits(scheduler, "g", share(10, gib=8))
+
+
+# --- reasons: a burstable pod refused by the ratio alone says so, in bulk and one by one ---------------------
+
+
+def _ratio_cluster() -> Scheduler:
+    scheduler = Scheduler()
+    for name, ratio in (("none", None), ("one", "1"), ("two", "2"), ("full", "2")):
+        scheduler.upsert_node_devices(node(name, 2, memory_gib=80))
+        scheduler.upsert_node_info(info(name, labels={names.NODE_BURSTABLE_RATIO: ratio} if ratio else {}))
+    for minor in (0, 1):  # guaranteed 60 GiB on each card of "one": 20 GiB left, limits up to 20 GiB
+        scheduler.reserve(pod(f"g{minor}", share(50, gib=60)), NodeName("one"))
+    for minor in (0, 1):
+        scheduler.reserve(pod(f"f{minor}", share(90, gib=75)), NodeName("full"))
+    return scheduler
+
+
+RATIO_CLUSTER = _ratio_cluster()
+
+
+def test_a_node_without_the_label_says_it_takes_no_burstable_share_and_waiting_will_not_help() -> None:
+    verdict = RATIO_CLUSTER.explain_node(pod("b", _burstable(10, 8, core_limit=20, gib_limit=16)), NodeName("none"))
+    assert not verdict.feasible
+    assert verdict.reason == (f"node takes no burstable GPU share (no valid {names.NODE_BURSTABLE_RATIO} label on "
+                              "the node: its pool does not allow overcommit)")
+    assert verdict.unresolvable
+
+
+def test_a_node_whose_ratio_the_limits_would_pass_says_so_and_may_take_it_later() -> None:
+    verdict = RATIO_CLUSTER.explain_node(pod("b", _burstable(10, 8, core_limit=20, gib_limit=24)), NodeName("one"))
+    assert not verdict.feasible and not verdict.unresolvable
+    assert verdict.reason == "no GPU here keeps the burstable limits within 1 x what the guaranteed shares leave free"
+
+
+def test_a_request_that_does_not_fit_is_told_as_for_any_share_before_the_ratio() -> None:
+    verdict = RATIO_CLUSTER.explain_node(pod("b", _burstable(20, 8, core_limit=30, gib_limit=10)), NodeName("full"))
+    assert verdict.reason.startswith("no GPU has 20% core and 8Gi memory free")
+
+
+@pytest.mark.parametrize(("core", "gib", "core_limit", "gib_limit"), [
+    (10, 8, 20, 16), (10, 8, 20, 24), (10, 8, 100, 80), (20, 8, 30, 10), (5, 4, 5, 4), (60, 30, 60, 70),
+])
+def test_bulk_reasons_for_burstable_pods_equal_the_nodes_explained_alone(
+    core: int, gib: int, core_limit: int, gib_limit: int
+) -> None:
+    request = pod("b", _burstable(core, gib, core_limit=core_limit, gib_limit=gib_limit))
+    for verdict in RATIO_CLUSTER.filter(request):
+        assert verdict == RATIO_CLUSTER.explain_node(request, verdict.node_name)

@@ -1,11 +1,11 @@
 """Review of the defragmenting descheduler (issue 18): defects found, each shown through the production path.
 
-Every test is `xfail(strict=True)`: it fails today because of the defect its reason names, and
-passes (turning the suite red until the marker goes) once the defect is fixed.
+Each test was `xfail(strict=True)` while its defect stood; each now guards the fix.
 
 The cluster (API double, as tests/defrag/test_controller_e2e.py builds it): three 1-GPU nodes; n1
 holds two 20 % shares of ReplicaSet `web`, n2 two 30 % shares of ReplicaSet `db`, all in namespace
-`prod`, which opted in with `fgpu.io/defrag=allow`; n3 a bare 50 % pod. Another tenant's whole-GPU
+`prod`, which opted in with `fgpu.io/defrag=allow` (both ReplicaSets exist: the descheduler
+looks owners up); n3 a bare 50 % pod. Another tenant's whole-GPU
 pod `train` waits in namespace `tenant` (not opted in: it needs nothing to be moved for it).
 """
 
@@ -69,6 +69,11 @@ def _cluster(api: KubeAPIServer, *, victim_priority: int = 0) -> None:
     api.put_object("/api/v1/namespaces", {"metadata": {"name": TENANT}})
     for node in ("n1", "n2", "n3"):
         sched.add_node(api, gpu_node(node, gpus=1))
+    for app in ("web", "db"):
+        api.put_object(f"/apis/apps/v1/namespaces/{VICTIMS}/replicasets", {
+            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": app, "namespace": VICTIMS, "uid": f"rs-{app}"}, "spec": {"replicas": 2},
+        })
     for name, node in VICTIM_NODES.items():
         app, _, _ = name.partition("-")
         _running_share(api, name, node, app, 20 if app == "web" else 30, priority=victim_priority)
@@ -98,12 +103,6 @@ def kube(kube_api: KubeAPIServer) -> Iterator[DeschedulerKube]:
 # --- 1. a pending pod the core cannot model gets other tenants' pods evicted -------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "descheduler/cluster_view.py:102-114 + core/defrag_planner.py:300-325: the make-room trigger takes any pending "
-    "pod of fgpu's scheduler and the simulation models only GPU/CPU/memory/selectors/tolerations; a pod held "
-    "by something else (a missing PVC, pod anti-affinity, topology spread, another extended resource) is "
-    "'placed' by the simulation and other tenants' pods are evicted for a pod that can never bind"
-))
 def test_a_pending_pod_blocked_by_a_missing_volume_gets_no_other_tenants_pod_evicted(
     kube_api: KubeAPIServer, kube: DeschedulerKube
 ) -> None:
@@ -127,11 +126,6 @@ def test_a_pending_pod_blocked_by_a_missing_volume_gets_no_other_tenants_pod_evi
 # --- 2. deleting the pending pod dodges the settle check ---------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "descheduler/controller.py:94-100: _check_last_plan treats 'the pod room was made for is no longer pending' "
-    "as success even when it was deleted unbound, so a tenant who deletes and recreates the pending pod gets "
-    "the hourly eviction budget spent on other tenants' pods again and again and the evictor never stops"
-))
 def test_a_pending_pod_deleted_unbound_after_room_was_made_stops_the_evictor(
     kube_api: KubeAPIServer, kube: DeschedulerKube
 ) -> None:
@@ -152,11 +146,6 @@ def test_a_pending_pod_deleted_unbound_after_room_was_made_stops_the_evictor(
 # --- 3. the rate limits are forgotten on restart -----------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "descheduler/evictor.py:52 keeps the last hour's moves only in memory (and main.py:120 builds a fresh "
-    "Evictor per process): a restart (crash loop, OOM, rollout, node drain) grants a new per-hour and per-node "
-    "budget; the DefragEvicted Events it wrote would let it recover them"
-))
 def test_an_evictor_started_again_still_counts_the_moves_of_the_last_hour(
     kube_api: KubeAPIServer, kube: DeschedulerKube
 ) -> None:
@@ -177,11 +166,6 @@ def test_an_evictor_started_again_still_counts_the_moves_of_the_last_hour(
 # --- 4. no priority guard ----------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core/defrag_planner.py:93-132 and descheduler/cluster_view.py ignore pod priority: a tenant's priority-0 "
-    "pod gets production-priority pods of another namespace evicted, which kube-scheduler's own preemption "
-    "would never do"
-))
 def test_higher_priority_pods_are_not_evicted_for_a_lower_priority_pending_pod(
     kube_api: KubeAPIServer, kube: DeschedulerKube
 ) -> None:
@@ -206,11 +190,6 @@ def _owned_pod(kind: str, api_version: str, *, uid: str = "owner-uid") -> dict[s
     return body
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "descheduler/safety.py:21-25 matches the owner by kind alone: a Volcano Job (batch.volcano.sh), or any CRD "
-    "whose kind is ReplicaSet/StatefulSet/Job, is taken for the built-in controller; Volcano restarts the "
-    "whole job on an eviction"
-))
 def test_an_owner_of_another_api_group_is_not_taken_for_a_recreating_controller() -> None:
     pod = _owned_pod("Job", "batch.volcano.sh/v1alpha1")
 
@@ -260,10 +239,6 @@ class _Reader:
         return _Listing([])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "descheduler/safety.py:32-44 never looks the owner up: a Job with backoffLimit 0 (evicting its pod fails "
-    "the Job), and an ownerReference to an owner that does not exist, both count as 'recreates it'"
-))
 def test_a_job_that_allows_no_retry_and_a_missing_owner_make_no_candidate() -> None:
     no_retry = _owned_pod("Job", "batch/v1", uid="job-uid")
     dangling = _owned_pod("ReplicaSet", "apps/v1", uid="no-such-replicaset")
@@ -284,26 +259,31 @@ class _Cluster:
     def __init__(self, *, event_fails: bool = False) -> None:
         self.evicted: list[str] = []
         self.events: list[tuple[str, str]] = []
+        self.stop = ""
         self._event_fails = event_fails
 
-    def evict_pod(self, *, namespace: str, name: str) -> None:
+    def evict_pod(self, *, namespace: str, name: str, uid: str) -> None:
         self.evicted.append(f"{namespace}/{name}")
 
-    def record_event(self, *, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
+    def record_event(self, *, namespace: str, name: str, uid: str, reason: str, message: str, node: str) -> None:
         if self._event_fails:
             raise KubeAPIError("Kubernetes API: 500 InternalError etcdserver: request timed out", status=500)
         self.events.append((f"{namespace}/{name}", reason))
+
+    def recent_moves(self, *, reason: str, since: datetime.datetime) -> list[tuple[datetime.datetime, str]]:
+        return []  # a fresh cluster: no earlier moves on record
+
+    def saved_stop(self) -> str:
+        return self.stop
+
+    def save_stop(self, reason: str) -> None:
+        self.stop = reason
 
 
 def _moves(node: str, *names_: str) -> list[Move]:
     return [Move(uid=PodUID(n), key=f"{VICTIMS}/{n}", from_node=NodeName(node), to_node=NodeName("n3")) for n in names_]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "descheduler/evictor.py:101-105: an Event that fails after a successful eviction raises out of act(); "
-    "main.py:129 logs 'cycle skipped' without stopping the evictor, so half a plan was carried out and the "
-    "next cycle plans (and evicts) again"
-))
 def test_an_eviction_whose_event_fails_stops_the_evictor() -> None:
     cluster = _Cluster(event_fails=True)
     evictor = Evictor(cluster, Limits(dry_run=False))
@@ -315,10 +295,6 @@ def test_an_eviction_whose_event_fails_stops_the_evictor() -> None:
     assert evictor.stopped
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "descheduler/evictor.py:85-91: dry-run never counts what it would have moved, so it reports (and records "
-    "Events for) plans the real mode would refuse as over the per-hour and per-node limits, every cycle"
-))
 def test_dry_run_applies_the_limits_the_real_mode_would() -> None:
     cluster = _Cluster()
     evictor = Evictor(cluster, Limits(per_hour=10, per_node_per_hour=2, dry_run=True))

@@ -2,8 +2,9 @@
 
 The real hook servicer, admission ledger, `MIGLifecycle` and `MIGNode` over the fake NVML with NVIDIA's
 A100-80GB rules, wired as `agent.daemon.Agent` wires them, on the dynamic-MIG example node (two A100s in
-MIG mode, GPU 1 holding one operator-made 1g.10gb). Every test is `xfail(strict=True)`: it fails today
-because of the defect its reason names, and passes once the defect is fixed.
+MIG mode, GPU 1 holding one operator-made 1g.10gb). Each test failed on the defect its section names and
+guards the fix (docs/mig.md: ownership by MIG device UUID, every live hold counting, the ledger's lock
+released across NVML's create and destroy).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any, cast
 
 import grpc
 import pynvml
-import pytest
 
 from agent import nvmlapi
 from agent.admissions import AdmissionLedger
@@ -126,12 +126,6 @@ def _operator_recreates(nvml: FakeNVML, gpu: str, gi_id: int, profile_id: int, s
     return str(next(i.uuid for i in read_instances(nvml, gpu) if i.placement_start == start))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "agent/mig_manager.py Owned/owned_now + agent/mig_nvml.py OwnedFile: a record entry is 'confirmed' by "
-    "(GPU, GPU instance id, profile, placement) alone, which an operator's instance re-created at the same "
-    "place (mig-parted apply, nvidia-smi) reproduces exactly (GI ids are reused); the record keeps no MIG "
-    "device UUID, so the restarted agent takes the operator's instance for fgpu's and destroys it"
-))
 def test_an_operators_instance_made_where_fgpus_was_is_never_destroyed_after_a_restart(tmp_path: Path) -> None:
     node = Node(tmp_path)
     ours = visible(node.create("w", by_placement("w", node.gpu0, "3g.40gb", 4)))
@@ -166,11 +160,6 @@ def _held_by_uuid(node: Node) -> str:
     return ours
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "agent/mig_lifecycle.py:40-42 wants_of counts only holds with mig_profile, and mig_manager.to_destroy "
-    "checks only those: a live pod holding fgpu's instance by mig_uuid does not keep it, so another pod's "
-    "PostStopPodSandbox destroys it under the running pod whenever no process is on it at that moment"
-))
 def test_another_pods_sandbox_stop_never_destroys_an_instance_a_running_pod_holds_by_uuid(tmp_path: Path) -> None:
     node = Node(tmp_path)
     held = _held_by_uuid(node)
@@ -181,11 +170,6 @@ def test_another_pods_sandbox_stop_never_destroys_an_instance_a_running_pod_hold
     assert held in node.uuids(node.gpu0), "pod x's instance was destroyed while pod x runs"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "agent/mig_nvml.py _prepare builds `holders` from mig_profile wants only, and mig_manager.for_allocation "
-    "answers Use for fgpu's free-looking instance: a pod allocated by placement is handed the instance "
-    "another admitted pod holds by UUID (the hook's mig_uuid branch checks holders; this branch does not)"
-))
 def test_an_instance_a_pod_holds_by_uuid_is_not_handed_to_a_second_pod_by_placement(tmp_path: Path) -> None:
     node = Node(tmp_path)
     _held_by_uuid(node)
@@ -211,11 +195,6 @@ class SlowCreate(FakeNVML):
         return super().nvmlDeviceCreateGpuInstanceWithPlacement(handle, profileId, placement)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "agent/hookserver.py:86-95 holds the admission ledger's lock across MIGNode.prepare (NVML create), and "
-    "PostStopPodSandbox holds it across the destroys: every other container's PreCreateContainer on the node "
-    "(any GPU, even an existing instance on another GPU) waits behind it, past the proxy's 2 s hook timeout"
-))
 def test_a_slow_mig_create_does_not_hold_up_another_pods_admission_on_another_gpu(tmp_path: Path) -> None:
     nvml = SlowCreate(load_inventory(INVENTORY))
     nvml.nvmlInit()
