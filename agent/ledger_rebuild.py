@@ -132,12 +132,12 @@ def _admissible(
     memory = {g.uuid: g.memory_bytes for g in devices.gpus}
     core: dict[str, int] = {}
     used: dict[str, int] = {}
-    migs: set[str] = set()
+    migs: set[tuple[str, str | int]] = set()
     out: list[tuple[str, tuple[Hold, ...]]] = []
     for pod, holds in sorted(verified, key=lambda e: (not e[0].started, e[0].created or "~", e[0].uid)):
         over = [
             h.gpu_uuid for h in holds
-            if (h.mig and h.mig_key in migs) or (not h.mig and (
+            if (h.mig and not migs.isdisjoint(_mig_keys(h))) or (not h.mig and (
                 core.get(h.gpu_uuid, 0) + h.core_percent > 100
                 or used.get(h.gpu_uuid, 0) + h.memory_bytes > memory.get(h.gpu_uuid, 0)
             ))
@@ -151,12 +151,25 @@ def _admissible(
             continue
         for h in holds:
             if h.mig:
-                migs.add(h.mig_key)
+                migs.update(_mig_keys(h))
             else:
                 core[h.gpu_uuid] = core.get(h.gpu_uuid, 0) + h.core_percent
                 used[h.gpu_uuid] = used.get(h.gpu_uuid, 0) + h.memory_bytes
         out.append((pod.uid, holds))
     return out
+
+
+def _mig_keys(hold: Hold) -> set[tuple[str, str | int]]:
+    """What a MIG hold takes on its GPU: the instance by UUID, and the placement of one the node creates.
+
+    Keyed by GPU: the same placement (or a not-yet-made `profile@start`) on two GPUs is two instances.
+    """
+    keys: set[tuple[str, str | int]] = set()
+    if hold.mig_uuid:
+        keys.add((hold.gpu_uuid, hold.mig_uuid))
+    if hold.mig_profile:
+        keys.add((hold.gpu_uuid, hold.mig_placement))
+    return keys
 
 
 class LedgerRebuilder:

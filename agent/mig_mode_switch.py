@@ -107,7 +107,9 @@ class MIGModeSwitch:
     def _answer(self, gpu_uuid: str, enable: bool, *, cordoned: bool) -> Answer:
         switched = False
         try:
-            with self._ledger.lock:  # no admission between the check and the switch
+            # No admission between the check and the switch; the GPU's MIG lock first (the node's lock
+            # order), so no create or destroy on the GPU is under way either.
+            with self._mig.locked(gpu_uuid), self._ledger.lock:
                 answer, switched = self._act(gpu_uuid, enable, cordoned=cordoned)
         except nvmlapi.NVMLError as err:  # the GPU lost mid-way, the driver gone: looked at again next pass
             what = f"GPU {gpu_uuid} is not switched yet: NVML failed ({nvmlapi.error_text(err)}); the agent retries"

@@ -16,7 +16,7 @@ back under the mark and to give every guaranteed pod its whole request; a bursta
 no memory on the GPU is never chosen (it would free nothing). Guaranteed pods are never
 chosen, whatever the pressure; a GPU under pressure with no such burstable pod is reported, not
 acted on (`Verdict.stuck`). A pod once chosen is not chosen again while it is still there (its
-eviction is in flight, or a PodDisruptionBudget holds it: `retry_s` later it may be chosen again).
+deletion is in flight, or it was refused: `retry_s` later it may be chosen again).
 
 Compute is not reclaimed: neither backend lets the agent lower a running process's compute cap
 (HAMi-core reads CUDA_DEVICE_SM_LIMIT at process start, MPS fixes a client's active thread

@@ -78,7 +78,6 @@ def test_a_record_entry_nvml_contradicts_is_not_trusted_and_an_allocation_alone_
     reused_id = inst(2, "2g.20gb", 0)  # the record says GI 2 was a 3g at 4: someone else made this one
     # An operator's 1g where a stale allocation asks fgpu to create one: still the operator's.
     operators = inst(5, "1g.10gb", 6)
-
     recorded = inst(3, "3g.40gb", 4, uuid="MIG-ours")
     remade = inst(4, "1g.10gb", 0, uuid="MIG-operators")  # fgpu's GI 4 was destroyed and made again at the same place
     entries = [
