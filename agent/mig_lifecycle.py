@@ -91,6 +91,9 @@ class MIGLifecycle:
         self._ledger = ledger
         self._devices = devices
         self._complete = ledger_complete
+        problem = record.problem()
+        if problem:  # said once at start; every create is refused with it until it is fixed
+            log.warning("%s", problem)
 
     def live(self) -> list[Want]:
         """Every admitted pod's MIG holds (current when read; the caller's locks decide for how long)."""

@@ -4,8 +4,9 @@ One pass (`report`, run by a `ReportLoop` every resync period and on each device
 change) reads the agent's own Node; for each `fgpu.io/mig-mode.<GPU UUID>` request
 it gathers the facts (the ledger's holders, NVML's mode, processes and instances,
 whether the node is cordoned) and lets `agent.mig_mode.decide` say whether the GPU
-may switch now. With the ledger's lock held across the check and the switch, no
-container is admitted meanwhile. Leaving MIG mode, fgpu's own idle instances are
+may switch now. With the GPU's MIG lock and then the ledger's held across the check
+and the switch (the node's lock order), no container is admitted and no MIG instance
+made or destroyed on the GPU meanwhile. Leaving MIG mode, fgpu's own idle instances are
 destroyed first (`MIGLifecycle.clear`); an operator's never are.
 
 The outcome goes back on the Node: `fgpu.io/mig-mode-status.<GPU UUID>`
