@@ -98,7 +98,7 @@ class AgentConfig:
     sysfs_root: str = "/sys"
     nvml_retry_max_s: float = 60.0
     #: The node pool's overcommit settings file (agent/reclaim_settings.py), re-read on change;
-    #: "" runs no reclaim and leaves the node's burstable-ratio label alone.
+    #: "" runs no reclaim and removes the node's burstable-ratio label (agent/reclaim_service.py).
     overcommit: str = ""
 
 

@@ -10,6 +10,7 @@
                  ◄── start and the sweep (reconcile) ──► NVMLWorker.rediscover ──► reports
     ReportLoop("mig-mode") ─► MIGModeSwitch (Node requests of fgpuctl mig) ─► MIGLifecycle, NVML, Node
     ReclaimService (with `overcommit:` and Kubernetes) ◄── NodeState usage ──► pod deletions, Events
+    NoReclaim (Kubernetes, no `overcommit:`) ──► the node's burstable-ratio label removed
 
 Start order: the NVML worker, then (with a pod source) one ledger rebuild once
 the first discovery is in, then the MIG reconcile (instances fgpu made that no
@@ -57,7 +58,7 @@ from agent.pcitopology import PciTopologySource
 from agent.podsources import KubePods, RuntimePods
 from agent.reclaim import ReclaimPolicy
 from agent.reclaim_loop import ReclaimLoop
-from agent.reclaim_service import ReclaimService
+from agent.reclaim_service import NoReclaim, ReclaimService
 from agent.reclaim_settings import SettingsFile
 from agent.resync_loop import ReportLoop
 from agent.schedclient import SchedulerReporter
@@ -226,6 +227,9 @@ class Agent:
                 ),
                 node_name=node_name, isolation=config.isolation, labels=kube,
             )
+        # No reclaim here: the burstable-ratio label an earlier configuration wrote must go, or the
+        # scheduler keeps sending burstable pods to a node where nothing takes their memory back.
+        self.no_reclaim = None if kube is None or self.reclaim is not None else NoReclaim(node_name=node_name, labels=kube)
         self._kube = kube
         self._scheduler = scheduler
         self._metrics_server: Any = None
@@ -245,6 +249,8 @@ class Agent:
             self.sweep_loop.start()
         if self.reclaim is not None:
             self.reclaim.start()
+        if self.no_reclaim is not None:
+            self.no_reclaim.start()
         if self.config.metrics_listen:
             host, _, port = self.config.metrics_listen.rpartition(":")
             self._metrics_server, _thread = start_http_server(int(port), addr=host or "0.0.0.0", registry=self.metrics.registry)
@@ -256,6 +262,8 @@ class Agent:
         self.hook.stop(grace)
         if self.reclaim is not None:
             self.reclaim.stop(grace)
+        if self.no_reclaim is not None:
+            self.no_reclaim.stop(grace)
         for loop in self.loops:
             loop.stop(grace)
         if self.sweep_loop is not None:

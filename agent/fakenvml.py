@@ -81,6 +81,10 @@ class FakeNVML(FakeMIGCalls):
         self._sets: list[FakeEventSet] = []
         #: Calls made, by name; lets tests and the benchmark see what a cycle costs in NVML calls.
         self.calls: dict[str, int] = {}
+        #: GPU index -> processes listed only by nvmlDeviceGetMPSComputeRunningProcesses (MPS clients)
+        self._mps_processes: dict[int, tuple[ProcessSpec, ...]] = {}
+        #: False: a driver without the MPS listing (its call raises FunctionNotFound)
+        self.mps_listing = True
         self._init_mig()
 
     # --- controls for tests and --fake-nvml -----------------------------------------
@@ -101,8 +105,12 @@ class FakeNVML(FakeMIGCalls):
         utilization_percent: int | None = None,
         memory_used_bytes: int | None = None,
         processes: tuple[ProcessSpec, ...] | None = None,
+        mps_processes: tuple[ProcessSpec, ...] | None = None,
     ) -> None:
+        """`mps_processes`: MPS clients, listed by nvmlDeviceGetMPSComputeRunningProcesses only."""
         with self._cond:
+            if mps_processes is not None:
+                self._mps_processes[index] = mps_processes
             g = self._gpus[index]
             self._gpus[index] = replace(
                 g,
@@ -201,7 +209,7 @@ class FakeNVML(FakeMIGCalls):
             total = g.mig_instances[handle.mig_index].memory_bytes
             used = sum(
                 p.used_memory_bytes
-                for p in g.processes
+                for p in g.processes + self._mps_processes.get(handle.gpu_index, ())
                 if p.gpu_instance_id == g.mig_instances[handle.mig_index].gpu_instance_id
             )
         else:
@@ -328,7 +336,15 @@ class FakeNVML(FakeMIGCalls):
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[Any]:
         g = self._gpu("nvmlDeviceGetComputeRunningProcesses", handle)
-        procs = g.processes
+        return self._process_infos(g, handle, g.processes)
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: FakeHandle) -> list[Any]:
+        g = self._gpu("nvmlDeviceGetMPSComputeRunningProcesses", handle)
+        if not self.mps_listing:
+            raise _error("FunctionNotFound")
+        return self._process_infos(g, handle, self._mps_processes.get(handle.gpu_index, ()))
+
+    def _process_infos(self, g: GPUSpec, handle: FakeHandle, procs: tuple[ProcessSpec, ...]) -> list[Any]:
         if handle.mig_index >= 0:
             gi = g.mig_instances[handle.mig_index].gpu_instance_id
             procs = tuple(p for p in procs if p.gpu_instance_id == gi)

@@ -18,10 +18,11 @@ chosen, whatever the pressure; a GPU under pressure with no such burstable pod i
 acted on (`Verdict.stuck`). A pod once chosen is not chosen again while it is still there (its
 deletion is in flight, or it was refused: `retry_s` later it may be chosen again).
 
-Compute is not reclaimed: neither backend lets the agent lower a running process's compute cap
-(HAMi-core reads CUDA_DEVICE_SM_LIMIT at process start, MPS fixes a client's active thread
-percentage when it connects), so a burst of compute is bounded by the scheduler's ratio alone and
-evictions happen on memory only (docs/overcommit.md).
+Compute is not reclaimed: the agent does not lower a running process's compute cap (MPS fixes a
+client's active thread percentage when it connects; the HAMi-core release read caches its SM limit
+per process at start and can only switch throttling on or off at run time, not verified on a GPU),
+so a burst of compute is bounded by the scheduler's ratio alone and evictions happen on memory only
+(docs/overcommit.md).
 
 Pure: the state between cycles is a frozen value passed in and returned; the clock is an argument.
 """
@@ -42,8 +43,9 @@ class ReclaimPolicy:
     pressure_grace_s: float = 5.0
     #: after an eviction on a GPU, how long before the next one there (lets the memory come back)
     cooldown_s: float = 30.0
-    #: the evicted pod's termination grace period; None: the pod's own
-    eviction_grace_s: int | None = None
+    #: the longest termination grace an evicted pod gets: its own `terminationGracePeriodSeconds` is its
+    #: author's choice, so it is capped by this, as kubelet caps it with `evictionMaxPodGracePeriod`
+    eviction_grace_s: int = 30
     #: a chosen pod still running after this long may be chosen again (its eviction was refused)
     retry_s: float = 60.0
 
@@ -58,10 +60,24 @@ class PodOnGPU:
     request_bytes: int
     limit_bytes: int
     used_bytes: int
+    #: the pod's own `spec.terminationGracePeriodSeconds` (None: not given)
+    termination_grace_s: int | None = None
 
     @property
     def overuse(self) -> int:
         return self.used_bytes - self.request_bytes
+
+
+#: A deletion with grace 0 is a force delete: the pod object goes at once while its processes still hold
+#: the GPU memory, and the scheduler would give its share to a newcomer before the memory is back.
+MIN_EVICTION_GRACE_S = 1
+
+
+def termination_grace_s(policy: ReclaimPolicy, pod: PodOnGPU) -> int:
+    """The grace an evicted pod gets: its own, capped by the pool's `eviction_grace_s`, never a force delete."""
+    own = pod.termination_grace_s
+    grace = policy.eviction_grace_s if own is None else min(own, policy.eviction_grace_s)
+    return max(MIN_EVICTION_GRACE_S, grace)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ Each `cycle()`:
    limit are read from its *verified* allocation only (the signed `fgpu.io/burstable-limit`), its
    priority from `spec.priority`; a pod whose signature does not check out counts as guaranteed,
    so it can never be chosen;
-3. `reclaim.decide` chooses; each choice is deleted with its termination grace and a UID
+3. `reclaim.decide` chooses; each choice is deleted with its termination grace (the pod's own, capped by
+   the pool's `evictionGrace`, at least 1 s: `reclaim.termination_grace_s`) and a UID
    precondition (a pod recreated under the same name is never hit), as kubelet's node-pressure
    eviction does: not through the Eviction API, whose PodDisruptionBudgets could hold a burstable
    pod while guaranteed ones run out of memory, and which no admission policy can confine to the
@@ -27,11 +28,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 
-from agent.reclaim import Eviction, GPUMemory, PodOnGPU, ReclaimMemory, ReclaimPolicy, Verdict, decide
+from agent.reclaim import (
+    Eviction,
+    GPUMemory,
+    PodOnGPU,
+    ReclaimMemory,
+    ReclaimPolicy,
+    Verdict,
+    decide,
+    termination_grace_s,
+)
 from agent.usage import GPUUsage
 from apis import names
 from apis.allocation import AllocationError
@@ -124,13 +135,7 @@ class ReclaimLoop:
             for process in usage.processes:
                 if process.pod_uid:
                     used_by[process.pod_uid] = used_by.get(process.pod_uid, 0) + process.used_memory_bytes
-            pods = tuple(
-                PodOnGPU(
-                    pod_uid=uid, namespace=ns, name=name, burstable=limit > 0, priority=priority,
-                    request_bytes=request, limit_bytes=limit, used_bytes=used_by.get(uid, 0),
-                )
-                for (uid, ns, name, priority, request, limit) in shares.get(usage.uuid, ())
-            )
+            pods = tuple(replace(pod, used_bytes=used_by.get(pod.pod_uid, 0)) for pod in shares.get(usage.uuid, ()))
             out.append(GPUMemory(uuid=usage.uuid, total_bytes=sizes[usage.uuid], used_bytes=usage.memory_used_bytes,
                                  pods=pods))
         return out
@@ -151,7 +156,8 @@ class ReclaimLoop:
             log.info("reclaim (dry run): would evict %s/%s: %s", pod.namespace, pod.name, message)
             return
         try:
-            self._kube.delete_pod(pod.namespace, pod.name, uid=pod.pod_uid, grace_period_s=policy.eviction_grace_s)
+            self._kube.delete_pod(pod.namespace, pod.name, uid=pod.pod_uid,
+                                  grace_period_s=termination_grace_s(policy, pod))
         except Exception as exc:
             self.evictions.labels(gpu=eviction.gpu_uuid, result="refused").inc()
             log.warning("reclaim: eviction of %s/%s refused: %s", pod.namespace, pod.name, exc)
@@ -166,9 +172,9 @@ class ReclaimLoop:
 
 def pod_shares(
     items: Sequence[Mapping[str, Any]], *, keys: VerifyingKeys, node_name: str, sizes: Mapping[str, int]
-) -> dict[str, list[tuple[str, str, str, int, int, int]]]:
-    """GPU uuid -> (uid, namespace, name, priority, request bytes, limit bytes; 0 = guaranteed) of its pods."""
-    out: dict[str, list[tuple[str, str, str, int, int, int]]] = {}
+) -> dict[str, list[PodOnGPU]]:
+    """GPU uuid -> its pods' shares (limit_bytes 0: guaranteed), with no memory used yet."""
+    out: dict[str, list[PodOnGPU]] = {}
     for item in items:
         meta = item.get("metadata") if isinstance(item.get("metadata"), Mapping) else {}
         assert isinstance(meta, Mapping)
@@ -189,8 +195,8 @@ def pod_shares(
             trusted = True
         spec = item.get("spec") if isinstance(item.get("spec"), Mapping) else {}
         assert isinstance(spec, Mapping)
-        priority = spec.get("priority")
-        priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
+        priority = _whole(spec.get("priority")) or 0
+        grace = _whole(spec.get("terminationGracePeriodSeconds"))
         for share in allocation.gpus if allocation else ():
             if share.uuid not in sizes or share.mig_uuid or share.mig_profile:
                 continue
@@ -199,10 +205,16 @@ def pod_shares(
             limit = 0
             if trusted and share.limit is not None:
                 limit = share.limit.memory_bytes or size * share.limit.memory_ratio_percent // 100
-            out.setdefault(share.uuid, []).append(
-                (uid, str(meta.get("namespace") or "default"), str(meta.get("name") or ""), priority, request, limit)
-            )
+            out.setdefault(share.uuid, []).append(PodOnGPU(
+                pod_uid=uid, namespace=str(meta.get("namespace") or "default"), name=str(meta.get("name") or ""),
+                burstable=limit > 0, priority=priority, request_bytes=request, limit_bytes=limit, used_bytes=0,
+                termination_grace_s=grace,
+            ))
     return out
+
+
+def _whole(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def event_body(pod: PodOnGPU, message: str, *, node: str, now: datetime.datetime) -> JSON:

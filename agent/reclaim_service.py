@@ -10,6 +10,16 @@ Each pass (every `interval` of the settings):
    burstable pod (its hook would refuse one anyway);
 3. one `ReclaimLoop.cycle()`.
 
+Until the settings file has read cleanly once the label is removed too: no reclaim runs then, and a
+node without reclaim must not take burstable pods.
+
+An agent whose pool does not overcommit (`overcommit: ""`) runs `NoReclaim` instead: the label is
+this agent's to write, so it removes the one an earlier configuration left (a pool whose overcommit
+was dropped on a `helm upgrade`), retrying until the API takes it, then stops. The scheduler reads
+the label alone; between the agent's start and the removal (one API call, retried every second
+while the API is down) it may still place a burstable pod there, which then runs without reclaim
+until it ends (docs/overcommit.md).
+
 Nothing here raises into the daemon: a failed label write is retried on the next pass.
 """
 
@@ -25,9 +35,68 @@ from apis import names
 
 log = logging.getLogger(__name__)
 
+#: NoReclaim's longest wait between attempts while the API refuses the label's removal
+_MAX_RETRY_S = 30.0
+
 
 class NodeLabels(Protocol):
     def patch_node_labels(self, name: str, labels: dict[str, str | None]) -> object: ...
+
+
+class RatioLabel:
+    """The node's `fgpu.io/burstable-ratio` label: written only when it should change, retried on failure."""
+
+    def __init__(self, *, node_name: str, labels: NodeLabels | None) -> None:
+        self._node = node_name
+        self._labels = labels
+        #: the label value last written (None: removed); unset until a first write succeeded
+        self._published: tuple[str | None] | None = None
+
+    def publish(self, wanted: str | None, *, why: str = "") -> bool:
+        """Makes the label `wanted` (None: absent); True once it is. Never raises."""
+        if self._labels is None:
+            return True
+        if self._published == (wanted,):
+            return True
+        try:
+            self._labels.patch_node_labels(self._node, {names.NODE_BURSTABLE_RATIO: wanted})
+        except Exception as exc:
+            log.warning("reclaim: cannot set node label %s=%s (retrying): %s", names.NODE_BURSTABLE_RATIO, wanted, exc)
+            return False
+        if wanted is None and why:
+            log.warning("reclaim: %s: node label %s removed, no burstable pods here", why, names.NODE_BURSTABLE_RATIO)
+        self._published = (wanted,)
+        return True
+
+
+class NoReclaim:
+    """An agent that runs no reclaim: removes the node's ratio label (retrying), then ends."""
+
+    def __init__(self, *, node_name: str, labels: NodeLabels, retry_s: float = 1.0) -> None:
+        self.label = RatioLabel(node_name=node_name, labels=labels)
+        self._retry_s = retry_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="no-reclaim", daemon=True)
+        #: set once the label is gone; tests wait on it
+        self.done = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, grace: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(grace)
+
+    def _run(self) -> None:
+        wait = self._retry_s
+        while not self._stop.is_set():
+            # The patch removes a label that is absent without error, so no read is needed first.
+            if self.label.publish(None):
+                self.done.set()
+                return
+            self._stop.wait(wait)
+            wait = min(wait * 2, _MAX_RETRY_S)
 
 
 class ReclaimService:
@@ -37,11 +106,8 @@ class ReclaimService:
     ) -> None:
         self.settings = settings
         self.loop = loop
-        self._node = node_name
         self._isolation = isolation
-        self._labels = labels
-        #: the label value last written (None: removed); unset until a first write succeeded
-        self._published: tuple[str | None] | None = None
+        self.label = RatioLabel(node_name=node_name, labels=labels)
         self._reported_error = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reclaim", daemon=True)
@@ -75,25 +141,13 @@ class ReclaimService:
             if file.error:
                 log.error("reclaim: %s", file.error)
         if not file.loaded:
+            self.label.publish(None, why=f"no valid settings file {file.path} yet, so no reclaim")
             return
-        self._publish_ratio(file.current.ratio)
+        if self._isolation == names.ISOLATION_NONE:
+            self.label.publish(None, why=f"isolation backend {self._isolation} bounds no burst")
+        else:
+            self.label.publish(f"{file.current.ratio:g}")
         self.loop.cycle()
-
-    def _publish_ratio(self, ratio: float) -> None:
-        if self._labels is None:
-            return
-        wanted = None if self._isolation == names.ISOLATION_NONE else f"{ratio:g}"
-        if self._published == (wanted,):
-            return
-        try:
-            self._labels.patch_node_labels(self._node, {names.NODE_BURSTABLE_RATIO: wanted})
-        except Exception as exc:
-            log.warning("reclaim: cannot set node label %s=%s (retrying): %s", names.NODE_BURSTABLE_RATIO, wanted, exc)
-            return
-        if wanted is None:
-            log.warning("reclaim: isolation backend %s bounds no burst: node label %s removed, no burstable pods here",
-                        self._isolation, names.NODE_BURSTABLE_RATIO)
-        self._published = (wanted,)
 
     def _run(self) -> None:
         while not self._stop.is_set():

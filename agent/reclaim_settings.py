@@ -5,7 +5,7 @@
     highWater: 0.95         # evict burstable pods when a GPU's memory in use reaches this fraction
     pressureGrace: 5s       # pressure must last this long first
     cooldown: 30s           # per GPU, after an eviction
-    evictionGrace: 30s      # the evicted pod's termination grace period; absent: the pod's own
+    evictionGrace: 30s      # the longest termination grace an evicted pod gets (its own, capped); >= 1s
     retry: 60s              # a pod whose eviction was refused may be chosen again after this
     interval: 1s            # how often the reclaim loop looks
     dryRun: false           # decide and report, never evict
@@ -17,6 +17,7 @@ the ConfigMap never switches reclaim off.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,9 +26,12 @@ import yaml
 
 from agent.config import parse_duration
 from agent.errors import ConfigError
-from agent.reclaim import ReclaimPolicy
+from agent.reclaim import MIN_EVICTION_GRACE_S, ReclaimPolicy
 
 _MAX_RATIO = 10.0
+#: kubelet's default termination grace: long enough for a clean shutdown, short enough to get the memory back
+_DEFAULT_EVICTION_GRACE_S = 30
+_MAX_EVICTION_GRACE_S = 3600
 
 
 @dataclass(frozen=True)
@@ -53,8 +57,7 @@ def parse(data: object, *, source: str) -> OvercommitSettings:
     dry_run = data.get("dryRun", False)
     if not isinstance(dry_run, bool):
         raise ConfigError(f"{source}: dryRun={dry_run!r}: expected true or false")
-    grace_raw = data.get("evictionGrace")
-    eviction_grace = None if grace_raw is None else int(parse_duration(grace_raw, where=f"{source}: evictionGrace"))
+    eviction_grace = _eviction_grace(data, source=source)
     interval = _duration(data, "interval", 1.0, source=source)
     if interval <= 0:
         raise ConfigError(f"{source}: interval={data.get('interval')!r}: must be above 0, e.g. 1s")
@@ -70,6 +73,25 @@ def parse(data: object, *, source: str) -> OvercommitSettings:
         interval_s=interval,
         dry_run=dry_run,
     )
+
+
+def _eviction_grace(data: Mapping[str, object], *, source: str) -> int:
+    if "evictionGrace" not in data:
+        return _DEFAULT_EVICTION_GRACE_S
+    raw = data["evictionGrace"]
+    value = parse_duration(raw, where=f"{source}: evictionGrace")
+    if not value <= _MAX_EVICTION_GRACE_S:  # NaN too
+        raise ConfigError(
+            f"{source}: evictionGrace={raw!r}: at most {_MAX_EVICTION_GRACE_S}s (a guaranteed pod's memory stays at "
+            "risk while an evicted pod terminates); write e.g. 30s"
+        )
+    if value < MIN_EVICTION_GRACE_S:
+        # A grace of 0 deletes the pod object at once while its processes still hold the GPU memory.
+        raise ConfigError(
+            f"{source}: evictionGrace={raw!r}: must be at least {MIN_EVICTION_GRACE_S}s (0 would force-delete the "
+            f"pod while its processes still hold the GPU's memory); write e.g. 30s"
+        )
+    return math.ceil(value)
 
 
 def _number(data: Mapping[str, object], key: str, default: float, *, source: str, low: float, high: float,

@@ -1,8 +1,15 @@
 """One usage cycle: per GPU, SM utilization, memory used and the processes, mapped to pods.
 
-The cycle runs every second on every node, so it is kept cheap: three NVML
-calls per GPU, and each process's cgroup file read once in its life (see
-`agent.cgroups.PidResolver`). MIG instances get their own entries built from
+The cycle runs every second on every node, so it is kept cheap: four NVML
+calls per GPU (three where the driver has no MPS listing), and each process's
+cgroup file read once in its life (see `agent.cgroups.PidResolver`).
+
+Under MPS a client's memory is listed by `nvmlDeviceGetMPSComputeRunningProcesses`,
+which may not be among `nvmlDeviceGetComputeRunningProcesses` (there the MPS
+server can stand for its clients), so both lists are read and joined by pid: a
+pod whose processes are MPS clients still shows its memory to reclaim. A driver
+without the MPS call (FunctionNotFound) or a GPU that does not support it
+(NotSupported) is remembered and not asked again. MIG instances get their own entries built from
 the parent's process list (processes carry their GPU instance id), which
 costs no extra NVML call.
 
@@ -55,6 +62,8 @@ class UsageSampler:
     def __init__(self, nvml: NVML, *, resolver: PidResolver) -> None:
         self._nvml = nvml
         self._resolver = resolver
+        #: GPUs whose driver has no MPS process listing (asked once)
+        self._no_mps_listing: set[str] = set()
 
     def sample(self, targets: Sequence[SampleTarget]) -> tuple[GPUUsage, ...]:
         out: list[GPUUsage] = []
@@ -72,7 +81,7 @@ class UsageSampler:
                 sm = int(nvml.nvmlDeviceGetUtilizationRates(target.handle).gpu)
             except nvmlapi.NVMLError_NotSupported:
                 sm = 0  # MIG mode has no utilization counters
-            raw = nvml.nvmlDeviceGetComputeRunningProcesses(target.handle)
+            raw = _joined(nvml.nvmlDeviceGetComputeRunningProcesses(target.handle), self._mps_clients(target))
         except nvmlapi.GPU_GONE_ERRORS as err:
             return [GPUUsage(uuid=target.uuid, error=nvmlapi.error_text(err))]
         except nvmlapi.NVMLError as err:
@@ -102,6 +111,37 @@ class UsageSampler:
                 GPUUsage(uuid=mig_uuid, memory_used_bytes=sum(p.used_memory_bytes for p in mine), processes=mine)
             )
         return result
+
+
+    def _mps_clients(self, target: SampleTarget) -> list[Any]:
+        """The GPU's MPS clients; [] where the driver or GPU cannot list them. GPU-gone errors propagate."""
+        if target.uuid in self._no_mps_listing:
+            return []
+        try:
+            return list(self._nvml.nvmlDeviceGetMPSComputeRunningProcesses(target.handle))
+        except nvmlapi.GPU_GONE_ERRORS:
+            raise
+        except (nvmlapi.NVMLError_FunctionNotFound, nvmlapi.NVMLLibraryMismatchError, nvmlapi.NVMLError_NotSupported,
+                AttributeError) as err:
+            # AttributeError: a pynvml too old to know the call.
+            log.info("GPU %s: no MPS process listing (%s); MPS clients' memory is read from the compute list only",
+                     target.uuid, nvmlapi.error_text(err))
+            self._no_mps_listing.add(target.uuid)
+            return []
+        except nvmlapi.NVMLError as err:
+            log.debug("GPU %s: MPS processes not readable: %s", target.uuid, nvmlapi.error_text(err))
+            return []
+
+
+def _joined(compute: Sequence[Any], mps: Sequence[Any]) -> list[Any]:
+    """Both process lists, one entry per pid (the larger memory where a pid is in both)."""
+    by_pid: dict[int, Any] = {}
+    for p in (*compute, *mps):
+        pid = int(p.pid)
+        seen = by_pid.get(pid)
+        if seen is None or int(p.usedGpuMemory or 0) > int(seen.usedGpuMemory or 0):
+            by_pid[pid] = p
+    return list(by_pid.values())
 
 
 def targets_from(handles: Mapping[str, Any], *, gpus: Sequence[Any]) -> tuple[SampleTarget, ...]:

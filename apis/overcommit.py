@@ -33,7 +33,8 @@ through `apis.request.parse_pod`, which calls it):
 * burstable is a share of one GPU (not whole GPUs, not several cards), served by one container,
   and never a MIG instance (`fgpu.io/gpu-mode: mig`): MIG partitions are hard, nothing to borrow;
 * each limit is at least the request, the core limit at most 100, the memory limit written in the
-  request's own kind (bytes beside `gpu-memory`, percent beside `gpu-memory-ratio`).
+  request's own kind (bytes beside `gpu-memory`, percent beside `gpu-memory-ratio`), a memory
+  limit in bytes at most 1 PiB (`MAX_MEMORY_LIMIT_BYTES`; the scheduler clamps it to the card).
 
 The pod's annotations are the author's and may change after scheduling; the node therefore
 enforces the limit the scheduler signed into the allocation (`names.ALLOCATION_BURST_LIMIT`),
@@ -54,6 +55,9 @@ from apis.quantity import QuantityError, format_bytes, parse_quantity
 ANNOTATIONS = (names.GPU_QOS, names.GPU_CORE_LIMIT, names.GPU_MEMORY_LIMIT, names.GPU_MEMORY_RATIO_LIMIT)
 _LIMITS = (names.GPU_CORE_LIMIT, names.GPU_MEMORY_LIMIT, names.GPU_MEMORY_RATIO_LIMIT)
 _FULL = 100
+#: No GPU comes near a pebibyte (the largest hold a few hundred GiB). A limit above it is a typo or an
+#: attack: the scheduler sums limits per GPU, and sums of values near 2**62 leave 64-bit integers.
+MAX_MEMORY_LIMIT_BYTES = 2**50
 
 
 def tier(request: DeviceRequest | None) -> str:
@@ -143,7 +147,14 @@ def _memory_limit(given: Mapping[str, str], request: DeviceRequest, errors: list
         if bytes_raw is None:
             return request.memory_bytes, None
         value = _number(names.GPU_MEMORY_LIMIT, bytes_raw, example="20Gi", errors=errors)
-        if value is not None and value < request.memory_bytes:
+        if value is not None and value > MAX_MEMORY_LIMIT_BYTES:
+            errors.append(
+                f"annotation {names.GPU_MEMORY_LIMIT}: {bytes_raw!r} is more memory than any GPU has (at most "
+                f"{format_bytes(MAX_MEMORY_LIMIT_BYTES)} is accepted); write the most the pod may use on one card, "
+                f"e.g. 20Gi (a limit above the card is the whole card)"
+            )
+            value = None
+        elif value is not None and value < request.memory_bytes:
             errors.append(
                 f"annotation {names.GPU_MEMORY_LIMIT}: {bytes_raw!r} is below the request ({names.GPU_MEMORY} "
                 f"{format_bytes(request.memory_bytes)}); write at least that much"
@@ -178,4 +189,4 @@ def _number(key: str, raw: str, *, example: str, errors: list[str]) -> int | Non
 
 
 #: `Burst` lives beside `DeviceRequest` (its `limit`) and is re-exported for readers of this module.
-__all__ = ["ANNOTATIONS", "Burst", "burst_of", "tier"]
+__all__ = ["ANNOTATIONS", "MAX_MEMORY_LIMIT_BYTES", "Burst", "burst_of", "tier"]

@@ -4,8 +4,10 @@ The scheduler signs a burstable share's limit into the allocation (`GPUShare.lim
 `names.ALLOCATION_BURST_LIMIT`); the hook hands it to the backend here, never the pod's own
 annotations, which the pod's author may change after scheduling. What each backend makes of it:
 
-* hami-core: memory cap = the limit, SM cap = the core limit (read once at process start);
-* mps: pinned memory = the limit, active thread percentage = the request;
+* hami-core: memory cap = the limit (shared by the container's processes), SM cap = the core
+  limit (cached per process at start by the HAMi-core release read; docs/overcommit.md);
+* mps: pinned memory = the limit, per client *process* (a pod of k CUDA processes may pin k x
+  it), active thread percentage = the request;
 * none: nothing limits anything, so a burstable share is refused (its burst could take a
   guaranteed neighbour's memory with no way back but an OOM in the neighbour).
 

@@ -80,8 +80,12 @@ def gpu_columns(
                 g_core[slot] += share.core_percent
                 g_mem[slot] += _share_bytes(share, size)
             else:
-                b_core[slot] += share.limit.core_percent
-                b_mem[slot] += share.limit.memory_bytes or size * share.limit.memory_ratio_percent // FULL_PERCENT
+                # Clamped to the card as the node's hook clamps it (agent/isolation/burst.py): a limit
+                # above the card cannot use more than the card, and unclamped sums of limits near 2**62
+                # (allocations signed before apis/overcommit.py bounded them) leave the int64 columns.
+                b_core[slot] += min(share.limit.core_percent, FULL_PERCENT)
+                limit = share.limit.memory_bytes or size * share.limit.memory_ratio_percent // FULL_PERCENT
+                b_mem[slot] += min(limit, size)
     return g_core, g_mem, b_core, b_mem
 
 
@@ -111,30 +115,37 @@ def burst_fits(
     burst = demand.burst
     if burst is None:
         return np.ones_like(mem_total, dtype=np.bool_)
-    limit_mem = np.maximum(burst_memory_need(burst, mem_total), demand.memory_need(mem_total))
+    # Every term is at most a card (limits clamped here and in gpu_columns), so no sum leaves int64. The
+    # ratio divides the room rather than multiplying the limits: for integers a, a*S <= X iff a <= X // S.
+    limit_mem = np.maximum(burst_memory_need(burst, mem_total), np.minimum(demand.memory_need(mem_total), mem_total))
     scale = ratio[:, None]
-    core_ok = (burst_core + burst.core_percent) * RATIO_SCALE <= scale * (FULL_PERCENT - guaranteed_core)
-    mem_ok = (burst_mem + limit_mem) * RATIO_SCALE <= scale * (mem_total - guaranteed_mem)
+    core_room = (scale * (FULL_PERCENT - guaranteed_core)) // RATIO_SCALE
+    mem_room = (scale * (mem_total - guaranteed_mem)) // RATIO_SCALE
+    core_ok = burst_core + min(burst.core_percent, FULL_PERCENT) <= core_room
+    mem_ok = burst_mem + limit_mem <= mem_room
     result: BoolArray = (scale > 0) & core_ok & mem_ok
     return result
 
 
 def burst_memory_need(burst: Burst, mem_total: Int64Array) -> Int64Array:
+    """The burstable memory limit on GPUs of the given sizes, clamped to each card."""
     if burst.memory_bytes is not None:
-        return np.full_like(mem_total, burst.memory_bytes)
-    return (mem_total * (burst.memory_ratio_percent or 0)) // FULL_PERCENT
+        # Compared as a Python int first: a limit past int64 would not fit into the array.
+        return np.minimum(mem_total, min(burst.memory_bytes, int(mem_total.max(initial=0))))
+    return (mem_total * min(burst.memory_ratio_percent or 0, FULL_PERCENT)) // FULL_PERCENT
 
 
 def share_limit(burst: Burst | None, *, gpu_memory_bytes: int, memory_bytes: int, memory_ratio: int) -> ShareLimit | None:
     """The limit the scheduler signs into a burstable share on a GPU of `gpu_memory_bytes` (None: guaranteed)."""
     if burst is None:
         return None
-    limit_bytes = max(burst.memory_bytes_on(gpu_memory_bytes), memory_bytes)
+    # Clamped to the card, as the hook clamps it: more than the card is the card.
+    limit_bytes = max(min(burst.memory_bytes_on(gpu_memory_bytes), gpu_memory_bytes), memory_bytes)
     ratio = burst.memory_ratio_percent
     if ratio is None:
         ratio = min(FULL_PERCENT, -((-limit_bytes * FULL_PERCENT) // max(gpu_memory_bytes, 1)))
-    return ShareLimit(core_percent=burst.core_percent, memory_bytes=limit_bytes,
-                      memory_ratio_percent=max(ratio, memory_ratio))
+    return ShareLimit(core_percent=min(burst.core_percent, FULL_PERCENT), memory_bytes=limit_bytes,
+                      memory_ratio_percent=max(min(ratio, FULL_PERCENT), memory_ratio))
 
 
 def refusal(demand: Demand, ratio_milli: int) -> str:

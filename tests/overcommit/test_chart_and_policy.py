@@ -66,6 +66,15 @@ def test_overcommit_on_a_pool_without_isolation_is_refused_with_the_fix() -> Non
     assert "isolation none bounds no burst; remove overcommit or use hami-core or mps" in render_error(values)
 
 
+def test_overcommit_without_the_admission_policies_is_refused_naming_both_keys() -> None:
+    values = {"admissionPolicies": {"enabled": False}, **POOLS}
+    message = render_error(values)
+    assert "agent.pools[" in message and "].overcommit needs admissionPolicies.enabled=true" in message
+    assert "fgpu-agent-reclaims-own-burstable-pods" in message
+    # Without overcommit, a cluster older than 1.30 may still leave the policies out.
+    assert _pod_rule(render({"admissionPolicies": {"enabled": False}})) == ["list"]
+
+
 # --- the admission policy ------------------------------------------------------------------------------------
 
 KEY = signing_key("policy-test")

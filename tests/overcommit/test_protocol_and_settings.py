@@ -45,6 +45,7 @@ def test_a_burstable_pod_reads_as_its_request_with_a_limit() -> None:
     ({names.GPU_QOS: "burstable"}, None, 1, "without a limit"),
     ({**BURST, names.GPU_MEMORY_LIMIT: "4Gi"}, None, 1, "below the request"),
     ({**BURST, names.GPU_CORE_LIMIT: "150"}, None, 1, "between the request"),
+    ({**BURST, names.GPU_MEMORY_LIMIT: "1Ei"}, None, 1, "'1Ei' is more memory than any GPU has"),
     (BURST, {names.GPU_CORE: "100", names.GPU_MEMORY_RATIO: "100", names.GPU_SHARED: "2"}, 1, "share of one GPU"),
     (BURST, None, 2, "one container"),
     ({**BURST, names.GPU_MODE: "mig"}, None, 1, "hard partition"),
@@ -72,6 +73,24 @@ def test_settings_refuse_bad_values_naming_the_key_and_the_fix() -> None:
         parse({"cooldown": "soon"}, source="overcommit.yaml")
     settings = parse({"ratio": 1.5, "cooldown": "2m", "evictionGrace": "10s"}, source="x")
     assert (settings.ratio, settings.policy.cooldown_s, settings.policy.eviction_grace_s) == (1.5, 120.0, 10)
+
+
+@pytest.mark.parametrize(("raw", "says"), [
+    ("0s", r"evictionGrace='0s': must be at least 1s .*force-delete.*write e\.g\. 30s"),
+    ("500ms", r"evictionGrace='500ms': must be at least 1s"),
+    (0, r"evictionGrace=0: must be at least 1s"),
+    ("2h", r"evictionGrace='2h': at most 3600s"),
+    (float("nan"), r"evictionGrace=nan: at most 3600s"),
+])
+def test_an_eviction_grace_that_would_force_delete_or_never_end_is_refused(raw: object, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        parse({"evictionGrace": raw}, source="overcommit.yaml")
+
+
+def test_an_eviction_grace_is_30s_when_absent_and_rounded_up_to_whole_seconds() -> None:
+    assert parse({"ratio": 1.5}, source="x").policy.eviction_grace_s == 30
+    assert parse(None, source="x").policy.eviction_grace_s == 30
+    assert parse({"evictionGrace": "1.2s"}, source="x").policy.eviction_grace_s == 2
 
 
 def test_a_reload_with_a_typo_keeps_the_settings_in_force(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from agent.config import AgentConfig, parse_config
 from agent.daemon import Agent
@@ -19,13 +20,18 @@ from agent.fakenvml import FakeNVML
 from agent.fakenvml_inventory import ProcessSpec, load_inventory
 from agent.kube import Kube
 from agent.pcitopology import InventoryTopology
+from agent.reclaim import ReclaimPolicy
+from agent.reclaim_loop import ReclaimLoop
+from agent.reclaim_service import NoReclaim, ReclaimService
+from agent.reclaim_settings import SettingsFile
 from apis import names
 from apis.allocation import Allocation, ContainerShare, GPUShare, ShareLimit
+from apis.devices import NodeDevices
 from apis.signing import allocation_annotations
 from tests.agent.helpers import T4
 from tests.kubeapi import DEVICE_CRD
 from tests.kubeapi.server import KubeAPIServer
-from tests.signing_keys import signing_key, write_verifying_keys
+from tests.signing_keys import signing_key, verifying, write_verifying_keys
 
 KEY = signing_key("reclaim-daemon-test-key")
 NODE = "gpu-node-1"
@@ -167,3 +173,52 @@ def test_the_agent_config_names_the_settings_file_by_an_absolute_path() -> None:
     assert parse_config({"overcommit": "/etc/fgpu/overcommit/overcommit.yaml"}).overcommit.endswith("overcommit.yaml")
     with pytest.raises(ConfigError, match=r"overcommit='overcommit\.yaml' must be an absolute path"):
         parse_config({"overcommit": "overcommit.yaml"})
+
+
+def _labelled_node(api: KubeAPIServer) -> None:
+    api.put_object("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": NODE, "labels": {names.NODE_BURSTABLE_RATIO: "1.5", "keep": "me"}}})
+
+
+def _labels(api: KubeAPIServer) -> dict[str, str]:
+    node = api.get_object(f"/api/v1/nodes/{NODE}") or {}
+    return dict((node.get("metadata") or {}).get("labels") or {})
+
+
+def test_an_agent_without_reclaim_removes_the_ratio_label_even_when_the_api_fails_at_first() -> None:
+    with KubeAPIServer() as api:
+        _labelled_node(api)
+        kube = Kube.connect(kubeconfig=api.kubeconfig_path, request_timeout_s=2.0)
+        api.fail_next(3, status=503, path_contains=f"/nodes/{NODE}")
+        remover = NoReclaim(node_name=NODE, labels=kube, retry_s=0.02)
+        remover.start()
+        try:
+            assert remover.done.wait(10)
+        finally:
+            remover.stop(2)
+            kube.close()
+        assert _labels(api) == {"keep": "me"}
+
+
+def test_an_agent_whose_settings_never_read_cleanly_takes_no_burstable_pods(tmp_path: object) -> None:
+    with KubeAPIServer() as api:
+        _labelled_node(api)
+        kube = Kube.connect(kubeconfig=api.kubeconfig_path, request_timeout_s=2.0)
+        bad = os.path.join(str(tmp_path), "overcommit.yaml")
+        with open(bad, "w", encoding="utf-8") as f:
+            f.write("ratio: 20\n")
+        loop = ReclaimLoop(node_name=NODE, kube=kube, keys=lambda: verifying(KEY),
+                           devices=lambda: NodeDevices(node_name=NODE), usage=lambda: (),
+                           policy=ReclaimPolicy(), registry=CollectorRegistry())
+        service = ReclaimService(settings=SettingsFile(bad), loop=loop, node_name=NODE, isolation="hami-core",
+                                 labels=kube)
+        try:
+            service.step()
+            assert names.NODE_BURSTABLE_RATIO not in _labels(api)  # no reclaim runs: no burstable pods either
+            with open(bad, "w", encoding="utf-8") as f:
+                f.write("ratio: 2\n")
+            os.utime(bad, (time.time() + 5, time.time() + 5))
+            service.step()
+            assert _labels(api)[names.NODE_BURSTABLE_RATIO] == "2"
+        finally:
+            kube.close()

@@ -179,3 +179,21 @@ def test_a_pod_evicted_once_is_not_evicted_again_while_it_terminates(node: Node)
     # The pending eviction covers the deficit already, so nothing more is chosen.
     assert not verdict.evictions
     assert node.metric("evicted") == 1.0
+
+
+@pytest.mark.parametrize(("own", "given"), [(None, 30), (10, 10), (10**9, 30), (0, 1)])
+def test_an_evicted_pod_gets_its_own_grace_capped_by_the_pools_and_never_a_force_delete(
+    node: Node, own: int | None, given: int
+) -> None:
+    if own is not None:
+        pod = node.api.get_object("/api/v1/namespaces/ml/pods/burst-low")
+        assert pod is not None
+        pod["spec"]["terminationGracePeriodSeconds"] = own
+        node.api.put_object("/api/v1/namespaces/ml/pods", pod)
+    node.use(guaranteed=6, **{"burst-low": 6.5, "burst-high": 2})
+    node.loop.cycle()
+    node.clock.t += 5
+    assert [e.pod.name for e in node.loop.cycle().evictions] == ["burst-low"]
+    victim = node.api.get_object("/api/v1/namespaces/ml/pods/burst-low")
+    assert victim is not None, "a force delete: the pod object went before its processes"
+    assert int(victim["metadata"]["deletionGracePeriodSeconds"]) == given

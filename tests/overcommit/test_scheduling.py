@@ -59,6 +59,25 @@ def test_burstable_limits_stay_within_ratio_times_what_guaranteed_shares_leave()
     assert not _fits(scheduler, "b4", _burstable(10, 10, core_limit=61, gib_limit=10))
 
 
+def test_a_limit_above_the_card_counts_as_the_card_and_never_leaves_the_int64_columns() -> None:
+    # Limits the apis bound refuses today may still come from allocations signed before it (or the
+    # in-memory request): the core clamps them to the card, as the node's hook does.
+    huge = DeviceRequest(
+        gpus=1, core_percent=10, memory_bytes=8 * GiB, memory_ratio_percent=None, whole=False, source="koordinator",
+        limit=Burst(core_percent=10, memory_bytes=2**62, memory_ratio_percent=None),
+    )
+    scheduler = _one_gpu_node("10")
+    for i in range(4):  # 4 x 2**62 would wrap int64; clamped, each counts 80 GiB (4 x 80 <= 10 x 80)
+        allocation = scheduler.reserve(pod(f"huge-{i}", huge), NodeName("n1"))
+        limit = allocation.gpus[0].limit
+        assert limit is not None and limit.memory_bytes == 80 * GiB
+    assert _fits(scheduler, "g", share(10, gib=8))
+    ratio_one = _one_gpu_node("1")
+    ratio_one.reserve(pod("huge", huge), NodeName("n1"))
+    # Ratio 1: the clamped huge limit takes the whole card's room, so nothing more may burst here.
+    assert not _fits(ratio_one, "b", _burstable(10, 8, core_limit=10, gib_limit=16))
+
+
 def test_guaranteed_pods_count_requests_only_and_never_borrowed_capacity() -> None:
     scheduler = _one_gpu_node("2")
     scheduler.reserve(pod("b1", _burstable(20, 20, core_limit=100, gib_limit=80)), NodeName("n1"))

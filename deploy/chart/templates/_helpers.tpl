@@ -46,6 +46,9 @@ system:serviceaccount:{{ .ns }}:{{ .name }}
 {{- fail (printf "agent.pools[%s] has the nodeSelector of pool %s: each node runs one agent" .name (get $selectors $key)) -}}
 {{- end -}}
 {{- $_ := set $selectors $key .name -}}
+{{- if and .overcommit (not $.Values.admissionPolicies.enabled) -}}
+{{- fail (printf "agent.pools[%s].overcommit needs admissionPolicies.enabled=true: reclaim gives the agent the right to delete pods, and only the admission policy fgpu-agent-reclaims-own-burstable-pods (Kubernetes 1.30+) confines it to burstable pods on the agent's own node; without it any agent could delete any pod in the cluster. Set admissionPolicies.enabled=true, or remove overcommit from the pool" .name) -}}
+{{- end -}}
 {{- end -}}
 {{- if and .Values.hamiCore.install (not .Values.hamiCore.image.digest) -}}
 {{- fail "hamiCore.image.digest is empty: HAMi's image is pulled by digest (sha256:...), or set hamiCore.install=false and install libvgpu.so on the nodes yourself" -}}
