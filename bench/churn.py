@@ -5,8 +5,10 @@
 
 For each workload (default, gpushare40, gpuspec20: the given workloads that carry pod times), runs
 the churn replay (`scheduler_plugin/sim/churn.py`) with: fgpu alone, fgpu + defragmentation at
-three move budgets (moves per 100 arrivals), FGD alone. Writes `<out>.json`, `<out>.md` and the
-plot `docs/images/churn-pending.svg`.
+three move budgets (moves per 100 arrivals), FGD alone; `--jobs` workloads at once (2 by default).
+Writes `<out>.json`, `<out>.md` and the plot `docs/images/churn-pending.svg`. The GPU-hours a move
+recovers are given gross (pending GPU-hours saved per move) and net of what the moves cost the
+moved pods (their restarts, `move_cost_gpu_hours`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,8 @@ def _run(traces: Path, workload: str, args: argparse.Namespace) -> list[dict[str
         saved = base - row["pending_gpu_hours"]
         row["reduction_pct"] = round(100 * saved / base, 1) if base else 0.0
         row["gpu_hours_recovered_per_move"] = round(saved / row["moves"], 2) if row["moves"] else None
+        net = saved - row["move_cost_gpu_hours"]
+        row["net_gpu_hours_recovered_per_move"] = round(net / row["moves"], 2) if row["moves"] else None
     return rows
 
 
@@ -64,15 +69,39 @@ def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"{args.cluster_fraction:g} of the GPU nodes (same model and size mix). See docs/defrag.md.",
         "",
         "| workload | run | pending GPU-h | of it fragmentation | vs fgpu | moves | moves/100 arrivals "
-        "| GPU-h recovered/move | GPU pods waited | p95 wait (min) | mean alloc % | run s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| GPU-h recovered/move | move cost GPU-h | net GPU-h/move | GPU pods waited | p95 wait (min) "
+        "| mean alloc % | run s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        per_move = "-" if r["gpu_hours_recovered_per_move"] is None else f"{r['gpu_hours_recovered_per_move']:.1f}"
+        per_move, net = (
+            "-" if r[key] is None else f"{r[key]:.1f}"
+            for key in ("gpu_hours_recovered_per_move", "net_gpu_hours_recovered_per_move")
+        )
         lines.append(
             f"| {r['workload']} | {r['run']} | {r['pending_gpu_hours']:.1f} | {r['fragmented_pending_gpu_hours']:.1f} "
             f"| {0.0 - r['reduction_pct']:+.1f}% | {r['moves']} | {r['moves_per_100_arrivals']:.3f} | {per_move} "
-            f"| {r['gpu_pods_waited']} | {r['p95_wait_h'] * 60:.1f} | {r['mean_allocation']:.2f} | {r['seconds']:.1f} |"
+            f"| {r['move_cost_gpu_hours']:.1f} | {net} | {r['gpu_pods_waited']} | {r['p95_wait_h'] * 60:.1f} "
+            f"| {r['mean_allocation']:.2f} | {r['seconds']:.1f} |"
+        )
+    lines += [
+        "",
+        "Plan requests by outcome (`plan_outcomes`: per request, planned or the planner's refusal; per blocker "
+        "set ranked and not taken, why):",
+        "",
+        "| workload | run | requests | planned | refused | blocker sets: moved pod fits nowhere | pending still "
+        "blocked | over budget |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        attempts, sets = r["plan_outcomes"]["attempts"], r["plan_outcomes"]["blocker_sets"]
+        if not attempts:
+            continue
+        refused = ", ".join(f"{k} {v}" for k, v in sorted(attempts.items()) if k != "planned") or "-"
+        lines.append(
+            f"| {r['workload']} | {r['run']} | {sum(attempts.values())} | {attempts.get('planned', 0)} | {refused} "
+            f"| {sets.get('moved-pod-fits-nowhere', 0)} | {sets.get('pending-pod-still-blocked', 0)} "
+            f"| {sets.get('over-budget', 0)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -117,8 +146,12 @@ def main() -> int:
     parser.add_argument("--cluster-fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--workload", action="append", help="workloads (default: default, gpushare40, gpuspec20)")
+    parser.add_argument("--jobs", type=int, default=2, help="workloads replayed at once (processes)")
     args = parser.parse_args()
-    rows = [row for w in (args.workload or WORKLOADS) for row in _run(Path(args.traces), w, args)]
+    workloads = args.workload or list(WORKLOADS)
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        per_workload = list(pool.map(_run, [Path(args.traces)] * len(workloads), workloads, [args] * len(workloads)))
+    rows = [row for result in per_workload for row in result]
     document = {
         "load_factor": args.load_factor,
         "cluster_fraction": args.cluster_fraction,

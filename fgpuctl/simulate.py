@@ -12,7 +12,8 @@ Follows the replay protocol of the Alibaba trace (cluster-trace-gpu-v2023): see 
 
 replays with time (scheduler_plugin/sim/churn.py, docs/defrag.md): the same keys (the arrive-only
 headlines null, `curve` = allocation % over hours) plus `pending_gpu_hours`,
-`fragmented_pending_gpu_hours`, `moves`, `arrivals`, `mean_allocation`, waiting times and `samples`.
+`fragmented_pending_gpu_hours`, `moves`, `arrivals`, `mean_allocation`, waiting times, `move_cost_gpu_hours`,
+`plan_outcomes` (summed over seeds) and `samples`.
 Seeds default to 42 only (a churn run is deterministic but for node-order ties).
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fgpuctl import simulate_overcommit as overcommit_args
@@ -248,6 +250,8 @@ def _churn(args: argparse.Namespace, policies: list[str], seeds: list[int]) -> i
             "p95_wait_h": round(sum(r.p95_wait_h for r in results) / count, 4),
             "max_wait_h": max(r.max_wait_h for r in results),
             "aborted": [dict(r.aborted) for r in results],
+            "move_cost_gpu_hours": round(sum(r.move_cost_gpu_hours for r in results) / count, 3),
+            "plan_outcomes": _summed(r.plan_outcomes for r in results),
             "by_seed": [
                 {k: v for k, v in asdict(r).items() if k not in ("samples", "aborted")} for r in results
             ],
@@ -257,3 +261,14 @@ def _churn(args: argparse.Namespace, policies: list[str], seeds: list[int]) -> i
     if args.json:
         print(json.dumps(reports[0] if len(reports) == 1 else reports))
     return 0
+
+
+def _summed(outcomes: Iterable[Mapping[str, Mapping[str, int]]]) -> dict[str, dict[str, int]]:
+    """The churn replay's plan outcomes, counted over every seed."""
+    total: dict[str, dict[str, int]] = {}
+    for outcome in outcomes:
+        for group, counts in outcome.items():
+            into = total.setdefault(group, {})
+            for key, n in counts.items():
+                into[key] = into.get(key, 0) + n
+    return total

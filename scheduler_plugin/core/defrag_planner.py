@@ -6,15 +6,19 @@ them and that are opted in; the caller decides) and what each disruption budget 
 It only *chooses*: acting (evicting, rate limits, dry-run) belongs to the caller's evictor.
 
 How it chooses (greedy, bounded):
-  1. Per node that could host the pending pod (GPU count, model), the fewest movable pods whose
-     leaving frees enough GPU share (core and memory) on the GPUs cheapest to clear, plus, when
-     the node is short of CPU or host memory, the movable pods that give most of it back.
-  2. Nodes ranked by how many pods must move (then by how much GPU they hold); the first
-     `max_tries` whose moves fit the move budget and the disruption budgets are *simulated* on
-     the core, in the order the cluster would run them: the blockers leave, the pending pod is
-     scheduled (kube-scheduler takes the older, pending pod before the recreated ones), then each
-     recreated blocker is scheduled, all with the core's own `select`/`reserve` (so model, node
-     selector, affinity and the policy all apply). A plan is returned only when every step
+  1. `defrag_choice.blocker_sets`: per node that could host the pending pod (the core's filter does
+     not call its reason unresolvable), the movable pods whose leaving frees enough GPU share on the
+     GPUs cheapest to clear, two ways (fewest pods; pods easiest to place again), plus, when the
+     node is short of CPU or host memory, the movable pods that give most of it back.
+  2. Those sets ranked by how many pods must move; the first `max_tries` that fit the move budget
+     and the disruption budgets are *simulated* on the core, in the order the cluster would run
+     them: the blockers leave, the pending pod is scheduled (kube-scheduler takes the older,
+     pending pod before the recreated ones), then each recreated blocker is scheduled, hardest to
+     place first (held to some GPU models, then the largest), all with the core's own
+     `select`/`reserve` (so model, node selector, affinity and the policy all apply; a blocker may
+     land on another GPU of the node it left). When a blocker finds no place, the same set is
+     simulated again with that blocker scheduled first (the order the moves list is the order of
+     the evictions, so the cluster recreates them in it). A plan is returned only when every step
      placed its pod; the core is always rolled back to where it was.
 
 `plan_consolidation` is the explicit consolidation mode's question to the same planner: which
@@ -26,30 +30,32 @@ a plan is returned only when the policy itself puts every one of them on another
 from __future__ import annotations
 
 import enum
+import functools
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Concatenate, ParamSpec, TypeVar
 
 from apis.allocation import Allocation
-from scheduler_plugin.core.api import GPUView, NodeName, PodRequest, PodUID, SchedulingError
-from scheduler_plugin.core.demand import FULL_PERCENT, Demand, demand_of
+from scheduler_plugin.core.api import NodeName, PodRequest, PodUID, SchedulingError
+from scheduler_plugin.core.defrag_choice import Candidate, blocker_sets, model_held
+from scheduler_plugin.core.demand import FULL_PERCENT, demand_of
 from scheduler_plugin.core.scheduler import Scheduler
 
-#: nodes simulated at most per plan (the ranking is cheap, a simulation is a few core calls per pod)
+__all__ = [
+    "DEFAULT_MAX_TRIES",
+    "Candidate",
+    "Move",
+    "NoPlan",
+    "NodeOutcome",
+    "Plan",
+    "Refusal",
+    "plan_consolidation",
+    "plan_room",
+]
+
+#: blocker sets simulated at most per plan (the ranking is cheap, a simulation is a few core calls per pod)
 DEFAULT_MAX_TRIES = 6
-#: nodes whose GPUs are examined in detail per plan, best first by a cheap bound
-_EXAMINE_LIMIT = 64
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A bound pod the planner may move; `budgets` names the disruption budgets covering it."""
-
-    request: PodRequest
-    node: NodeName
-    budgets: tuple[str, ...] = ()
-    #: the pod's `spec.priority`; `plan_room(max_priority=...)` leaves higher ones in place
-    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,17 @@ class Refusal(enum.Enum):
     NOTHING_TO_MOVE = "nothing-to-move"
 
 
+class NodeOutcome(enum.Enum):
+    """Why one ranked blocker set was not the plan: what the churn replay counts."""
+
+    #: more pods than the move budget, or a disruption budget without room
+    OVER_BUDGET = "over-budget"
+    #: the blockers left, and the pending pod still fit nowhere
+    PENDING_STILL_BLOCKED = "pending-pod-still-blocked"
+    #: the pending pod fit, and a moved pod fit nowhere (in either order tried)
+    MOVED_POD_FITS_NOWHERE = "moved-pod-fits-nowhere"
+
+
 @dataclass(frozen=True)
 class Plan:
     #: the pod room is made for; None for a consolidation
@@ -83,6 +100,8 @@ class Plan:
     moves: tuple[Move, ...]
     #: one line per node simulated before this plan and rejected (for Events and `fgpuctl`)
     skipped: tuple[str, ...] = ()
+    #: per blocker set ranked before this plan and not taken, why
+    causes: tuple[NodeOutcome, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,8 +109,26 @@ class NoPlan:
     reason: Refusal
     #: one line per simulated node that failed, for Events and `fgpuctl`
     detail: tuple[str, ...] = ()
+    #: per ranked blocker set, why it was not taken
+    causes: tuple[NodeOutcome, ...] = ()
 
 
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _hypothetical(fn: Callable[Concatenate[Scheduler, _P], _R]) -> Callable[Concatenate[Scheduler, _P], _R]:
+    """Runs a planner inside `core.hypothetical()`: its trial placements teach the policies nothing."""
+
+    @functools.wraps(fn)
+    def run(core: Scheduler, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with core.hypothetical():
+            return fn(core, *args, **kwargs)
+
+    return run
+
+@_hypothetical
 def plan_room(
     core: Scheduler,
     pending: PodRequest,
@@ -117,28 +154,32 @@ def plan_room(
         return NoPlan(Refusal.NOT_A_GPU_POD)
     if core.select(pending) is not None:
         return NoPlan(Refusal.FITS_ALREADY)
-    options = _rank(core, demand, candidates, node_moves_left or {})
+    options = blocker_sets(core, pending, demand, candidates, node_moves_left or {})
     if not options:
         return NoPlan(Refusal.NO_CANDIDATE_NODE)
     allowed = dict(allowances or {})
     details: list[str] = []
+    causes: list[NodeOutcome] = []
     tried = 0
     for blockers in options:
         if len(blockers) > max_moves or not _within_budgets(blockers, allowed):
+            causes.append(NodeOutcome.OVER_BUDGET)
             continue
         if tried >= max_tries:
             break
         tried += 1
         outcome = _simulate(core, pending, blockers)
-        if isinstance(outcome, str):
-            details.append(outcome)
+        if isinstance(outcome, tuple):
+            causes.append(outcome[0])
+            details.append(outcome[1])
             continue
-        return replace(outcome, skipped=tuple(details))
+        return replace(outcome, skipped=tuple(details), causes=tuple(causes))
     if not tried:
-        return NoPlan(Refusal.OVER_BUDGET)
-    return NoPlan(Refusal.SIMULATION_FAILED, tuple(details))
+        return NoPlan(Refusal.OVER_BUDGET, causes=tuple(causes))
+    return NoPlan(Refusal.SIMULATION_FAILED, tuple(details), tuple(causes))
 
 
+@_hypothetical
 def plan_consolidation(
     core: Scheduler,
     node: NodeName,
@@ -197,115 +238,34 @@ def _within_budgets(blockers: Sequence[Candidate], allowed: Mapping[str, int]) -
     return all(allowed.get(name, 0) >= count for name, count in wanted.items())
 
 
-def _rank(
-    core: Scheduler, demand: Demand, candidates: Mapping[PodUID, Candidate], node_left: Mapping[NodeName, int]
-) -> list[list[Candidate]]:
-    """Blocker sets per promising node, cheapest first."""
-    state = core.state
-    by_node: dict[NodeName, list[Candidate]] = {}
-    movable_core: Counter[NodeName] = Counter()
-    for candidate in candidates.values():
-        by_node.setdefault(candidate.node, []).append(candidate)
-        found = core.allocation_of(candidate.request.uid)
-        if found is not None:
-            movable_core[candidate.node] += sum(s.core_percent for s in found[1].gpus)
-    need_total = demand.gpus * demand.core_need()
-    bounds: list[tuple[int, NodeName]] = []
-    for node, pods in by_node.items():
-        slot = state.slot_of.get(node)
-        if slot is None or not state.active[slot] or state.gpu_count[slot] < demand.gpus:
-            continue
-        if node_left.get(node, 1) <= 0:
-            continue
-        free = int(state.node_core_free[slot])
-        if free + movable_core[node] < need_total:
-            continue
-        # Cheap bound: fewer movable GPU pods and more free share first.
-        bounds.append((len(pods) * FULL_PERCENT - free, node))
-    bounds.sort()
-    chosen = [node for _, node in bounds[:_EXAMINE_LIMIT]]
-    views = {view.name: view for view in core.node_views(chosen)}
-    options: list[tuple[int, int, str, list[Candidate]]] = []
-    for node in chosen:
-        view = views.get(node)
-        if view is None:
-            continue
-        movable = {c.request.uid: c for c in by_node[node]}
-        blockers = _gpu_blockers(view.gpus, demand, movable)
-        if blockers is None:
-            continue
-        blockers += _host_blockers(core, node, demand, movable, blockers)
-        if not blockers or len(blockers) > node_left.get(node, len(blockers)):
-            continue
-        held = sum(b.request.device.gpus if b.request.device else 0 for b in blockers)
-        options.append((len(blockers), held, node, blockers))
-    options.sort(key=lambda o: (o[0], o[1], o[2]))
-    return [o[3] for o in options]
+def _hardest_first(candidate: Candidate) -> tuple[object, ...]:
+    return (not model_held(candidate), -_gpu_share(candidate), -candidate.request.cpu_milli, candidate.request.uid)
 
 
-def _gpu_blockers(gpus: Sequence[GPUView], demand: Demand, movable: Mapping[PodUID, Candidate]) -> list[Candidate] | None:
-    """The movable pods to clear from the `demand.gpus` GPUs cheapest to clear; None when too few can be."""
-    costs: list[tuple[int, int, int, list[Candidate]]] = []
-    for column, gpu in enumerate(gpus):
-        device = gpu.device
-        if not device.healthy or device.mig_enabled or gpu.held_externally:
-            continue
-        if demand.model_use and device.model_label not in demand.model_use:
-            continue
-        free_core = FULL_PERCENT - gpu.allocated_core_percent
-        free_mem = device.memory_bytes - gpu.allocated_memory_bytes
-        need_core, need_mem = demand.core_need(), demand.memory_need_on(device.memory_bytes)
-        clear: list[Candidate] = []
-        for share in sorted(gpu.pods, key=lambda p: (-p.core_percent, p.uid)):
-            if free_core >= need_core and free_mem >= need_mem:
-                break
-            candidate = movable.get(share.uid)
-            if candidate is None:
-                continue
-            clear.append(candidate)
-            free_core += share.core_percent
-            free_mem += share.memory_bytes
-        if free_core < need_core or free_mem < need_mem:
-            continue
-        costs.append((len(clear), gpu.allocated_core_percent, column, clear))
-    if len(costs) < demand.gpus:
-        return None
-    chosen = sorted(costs, key=lambda c: (c[0], c[1], c[2]))[: demand.gpus]
-    unique = {c.request.uid: c for _, _, _, clear in chosen for c in clear}
-    return list(unique.values())
-
-
-def _host_blockers(
-    core: Scheduler, node: NodeName, demand: Demand, movable: Mapping[PodUID, Candidate], leaving: Sequence[Candidate]
-) -> list[Candidate]:
-    """More pods to move when the node is short of CPU or host memory once `leaving` left (best effort:
-    the simulation is the judge)."""
-    state = core.state
-    slot = state.slot_of[node]
-    gone = {c.request.uid for c in leaving}
-    cpu_short = mem_short = 0
-    if state.cpu_alloc[slot] > 0:
-        cpu_short = demand.cpu_milli - int(state.cpu_free[slot]) - sum(c.request.cpu_milli for c in leaving)
-    if state.host_mem_alloc[slot] > 0:
-        mem_short = demand.host_memory_bytes - int(state.host_mem_free[slot]) - sum(c.request.memory_bytes for c in leaving)
-    extra: list[Candidate] = []
-    # CPU-only pods first, then those giving back most.
-    rest = sorted(
-        (c for uid, c in movable.items() if uid not in gone),
-        key=lambda c: (c.request.device is not None, -c.request.cpu_milli, -c.request.memory_bytes, c.request.uid),
-    )
-    for candidate in rest:
-        if cpu_short <= 0 and mem_short <= 0:
+def _simulate(core: Scheduler, pending: PodRequest, blockers: Sequence[Candidate]) -> Plan | tuple[NodeOutcome, str]:
+    """Runs the moves on `core` as the cluster would, then rolls the core back; a blocker that finds
+    no place is tried first in the next run, once per blocker."""
+    order = sorted(blockers, key=_hardest_first)
+    failed = order[0]
+    for _ in range(len(order)):
+        outcome = _simulate_once(core, pending, order)
+        if not isinstance(outcome, Candidate):
+            return outcome
+        failed = outcome
+        if failed is order[0]:
             break
-        if (cpu_short > 0 and candidate.request.cpu_milli > 0) or (mem_short > 0 and candidate.request.memory_bytes > 0):
-            extra.append(candidate)
-            cpu_short -= candidate.request.cpu_milli
-            mem_short -= candidate.request.memory_bytes
-    return extra
+        order = [failed, *(b for b in order if b is not failed)]
+    return (
+        NodeOutcome.MOVED_POD_FITS_NOWHERE,
+        f"{blockers[0].node}: blocking pod {failed.request.key} fits on no other node "
+        "(capacity, GPU model, node selector or affinity)",
+    )
 
 
-def _simulate(core: Scheduler, pending: PodRequest, blockers: Sequence[Candidate]) -> Plan | str:
-    """Runs the moves on `core` as the cluster would, then rolls the core back."""
+def _simulate_once(
+    core: Scheduler, pending: PodRequest, blockers: Sequence[Candidate]
+) -> Plan | tuple[NodeOutcome, str] | Candidate:
+    """One run in the given order; the blocker that found no place, if one did not."""
     originals: list[tuple[Candidate, Allocation | None]] = []
     for blocker in blockers:
         found = core.allocation_of(blocker.request.uid)
@@ -317,16 +277,16 @@ def _simulate(core: Scheduler, pending: PodRequest, blockers: Sequence[Candidate
     try:
         target = _schedule(core, pending)
         if target is None:
-            return f"{node}: the pending pod still fits nowhere after moving {len(blockers)} pod(s)"
+            return (
+                NodeOutcome.PENDING_STILL_BLOCKED,
+                f"{node}: the pending pod still fits nowhere after moving {len(blockers)} pod(s)",
+            )
         placed.append(pending.uid)
         moves: list[Move] = []
         for blocker in blockers:
             to = _schedule(core, blocker.request)
             if to is None:
-                return (
-                    f"{node}: blocking pod {blocker.request.key} fits on no other node "
-                    "(capacity, GPU model, node selector or affinity)"
-                )
+                return blocker
             placed.append(blocker.request.uid)
             moves.append(Move(blocker.request.uid, blocker.request.key, blocker.node, to))
         return Plan(pending=pending.uid, target=target, moves=tuple(moves))

@@ -9,7 +9,8 @@ stamp and expire assumed allocations.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -86,6 +87,8 @@ class Scheduler:
         self._nodes: dict[NodeName, NodeRecord] = {}
         self._pods: dict[PodUID, PodRecord] = {}
         self._jobs = JobModels()
+        #: > 0 while a planner tries moves out (`hypothetical`)
+        self._hypothetical = 0
         options = policy_options or {}
         self.node_policy: Policy = make_policy(
             policy,
@@ -156,8 +159,21 @@ class Scheduler:
             self._drop(existing)
         self._place(PodRecord(request=pod, node=node, allocation=allocation, assumed=False))
 
+    @contextmanager
+    def hypothetical(self) -> Iterator[None]:
+        """Pods reserved, removed and added back inside are a simulation (the defrag planner's, which
+        undoes its changes): policies that learn the workload do not count them, so trying moves
+        out never skews what the live scheduler learned."""
+        self._hypothetical += 1
+        try:
+            yield
+        finally:
+            self._hypothetical -= 1
+
     def _tell_policies(self, demand: Demand) -> None:
         """A pod new to the core, reserved or found bound: policies that learn the workload count it."""
+        if self._hypothetical:
+            return
         self.node_policy.pod_added(demand)
         if self.gpu_policy is not self.node_policy:
             self.gpu_policy.pod_added(demand)

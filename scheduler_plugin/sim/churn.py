@@ -14,8 +14,16 @@ waiting GPU pods (FIFO) that waited at least `defrag_wait_s` and would fit the c
 capacity of their models had it not been fragmented, it asks `core/defrag_planner.plan_room` (the
 live controller's planner) for moves within the move budget (`defrag_per_100` moves per 100
 arrivals so far) and applies them as the cluster would: the blockers leave, the pending pod is
-scheduled, the blockers' recreated copies are scheduled. A moved pod keeps its departure time
-(its restart cost is not modelled) and moves at most once.
+scheduled, the blockers' recreated copies are scheduled. Each plan asked for is counted by its
+outcome (`plan_outcomes`: per attempt, planned or the planner's refusal; per blocker set the planner
+ranked and did not take, why).
+
+A move costs the moved pod a restart: its copy starts `move_restart_s` (300 s) after the eviction
+(pull, start, warm-up: the GPUs it holds do no work meanwhile) and then runs the rest of its lifetime,
+so it leaves `move_restart_s` later than it would have. With `moved_pods_lose_progress` it runs its
+whole lifetime again (a batch job that keeps no checkpoint: the worst case). What a move cost (GPU
+share x the restart, plus the lost progress) is `move_cost_gpu_hours`, kept apart from the pending
+GPU-hours so that the GPU-hours a move recovers can be given net of it. A pod moves at most once.
 
 Measured over time (`Sample`s) and in total: GPU allocation (time-weighted over the arrival span),
 FGD's fragmentation, GPU pods waiting, their waiting time, pending GPU-hours, and the part of them
@@ -86,6 +94,10 @@ class ChurnResult:
     moves: int
     plans: int
     aborted: Mapping[str, int]
+    #: "attempts": plan requests by outcome ("planned" or the refusal); "blocker_sets": sets ranked and not taken, by why
+    plan_outcomes: Mapping[str, Mapping[str, int]]
+    #: GPU-hours moved pods spent again: the restart, plus the lost progress when that is modelled
+    move_cost_gpu_hours: float
     samples: tuple[Sample, ...]
     seconds: float
     horizon_h: float
@@ -108,6 +120,10 @@ class ChurnSettings:
     max_moves_per_plan: int = 4
     #: waiting pods planned for per defragmenter run
     plans_per_run: int = 3
+    #: seconds from a move's eviction until the moved pod's copy works again
+    move_restart_s: float = 300.0
+    #: a moved pod runs its whole lifetime again (no checkpoint) rather than the rest of it
+    moved_pods_lose_progress: bool = False
     samples: int = SAMPLES
 
 
@@ -182,6 +198,11 @@ class _Run:
     waiting: dict[str, _Waiting] = field(default_factory=dict)
     running: dict[str, tuple[TimedPod, PodRequest, NodeName]] = field(default_factory=dict)
     moved: set[str] = field(default_factory=set)
+    #: name -> when it leaves; a departure event at another time is stale (the pod moved)
+    departs: dict[str, float] = field(default_factory=dict)
+    attempts: Counter[str] = field(default_factory=Counter)
+    blocker_sets: Counter[str] = field(default_factory=Counter)
+    move_cost_milli_s: float = 0.0
     allocated_milli: int = 0
     waits: list[tuple[float, int]] = field(default_factory=list)
     moves: int = 0
@@ -189,14 +210,15 @@ class _Run:
     aborted: Counter[str] = field(default_factory=Counter)
     seq: int = 0
 
-    def schedule_departure(self, timed: TimedPod, now: float) -> None:
+    def schedule_departure(self, timed: TimedPod, at: float) -> None:
         self.seq += 1
-        heapq.heappush(self.events, (now + timed.lifetime, _DEPART, self.seq, timed.pod.name))
+        self.departs[timed.pod.name] = at
+        heapq.heappush(self.events, (at, _DEPART, self.seq, timed.pod.name))
 
     def started(self, timed: TimedPod, request: PodRequest, node: NodeName, now: float) -> None:
         self.running[timed.pod.name] = (timed, request, node)
         self.allocated_milli += timed.pod.total_gpu_milli
-        self.schedule_departure(timed, now)
+        self.schedule_departure(timed, now + timed.lifetime)
 
     def try_place(self, timed: TimedPod, now: float, only: NodeName | None = None) -> bool:
         request = pod_request(timed.pod)
@@ -275,9 +297,12 @@ class _Run:
             outcome = plan_room(
                 self.core, entry.request, candidates, max_moves=min(allowance, settings.max_moves_per_plan)
             )
+            self.blocker_sets.update(cause.value for cause in outcome.causes)
             if isinstance(outcome, NoPlan):
                 self.aborted[outcome.reason.value] += 1
+                self.attempts[outcome.reason.value] += 1
                 continue
+            self.attempts["planned"] += 1
             self.plans += 1
             self.apply(outcome.moves, entry, now)
             applied = True
@@ -308,9 +333,12 @@ class _Run:
                 continue
             self.core.reserve(request, node)
             self.core.confirm(request.uid)
-            # Still running its original lifetime: re-add without a new departure.
             self.running[timed.pod.name] = (timed, request, node)
             self.allocated_milli += timed.pod.total_gpu_milli
+            remaining = self.departs[timed.pod.name] - now
+            lost = timed.lifetime - remaining if self.settings.moved_pods_lose_progress else 0.0
+            self.schedule_departure(timed, now + self.settings.move_restart_s + remaining + lost)
+            self.move_cost_milli_s += timed.pod.total_gpu_milli * (self.settings.move_restart_s + lost)
 
 
 def churn_replay(*, nodes: Sequence[TraceNode], pods: Sequence[TimedPod], settings: ChurnSettings) -> ChurnResult:
@@ -322,6 +350,8 @@ def churn_replay(*, nodes: Sequence[TraceNode], pods: Sequence[TimedPod], settin
         raise ValueError("the node list has no GPU; the churn replay needs at least one GPU node")
     if settings.defrag_per_100 is not None and settings.defrag_per_100 < 0:
         raise ValueError(f"defrag_per_100 = {settings.defrag_per_100}; give 0 or more moves per 100 arrivals")
+    if settings.move_restart_s < 0:
+        raise ValueError(f"move_restart_s = {settings.move_restart_s}; give the seconds a moved pod takes to restart (0 or more)")
     workload = typical_shapes([t.pod for t in pods])
     core = build_scheduler(gpu_nodes, policy=settings.policy, seed=settings.seed, workload=workload)
     empty = build_scheduler(gpu_nodes, policy=settings.policy, seed=settings.seed, workload=workload)
@@ -381,8 +411,8 @@ def churn_replay(*, nodes: Sequence[TraceNode], pods: Sequence[TimedPod], settin
             )
             next_sample += step
         if kind == _DEPART:
-            if name not in run.running:
-                continue  # moved and then departed already, or never ran
+            if name not in run.running or run.departs.get(name) != now:
+                continue  # never ran, or moved: this departure time is stale
             timed, request, left = run.running.pop(name)
             run.core.remove_pod(request.uid)
             run.allocated_milli -= timed.pod.total_gpu_milli
@@ -434,6 +464,8 @@ def churn_replay(*, nodes: Sequence[TraceNode], pods: Sequence[TimedPod], settin
         moves=run.moves,
         plans=run.plans,
         aborted=dict(run.aborted),
+        plan_outcomes={"attempts": dict(run.attempts), "blocker_sets": dict(run.blocker_sets)},
+        move_cost_gpu_hours=round(run.move_cost_milli_s / MILLI_PER_GPU / HOUR, 3),
         samples=tuple(samples),
         seconds=round(time.perf_counter() - started, 2),
         horizon_h=round((last - start) / HOUR, 3),

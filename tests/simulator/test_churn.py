@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,8 @@ def test_fgpuctl_simulate_churn_prints_the_churn_keys(tmp_path: Path, capsys: py
         assert key in report
     assert report["arrivals"] == 5
     assert report["policy"] == "fgpu"
+    assert report["plan_outcomes"] == report["by_seed"][0]["plan_outcomes"]  # one seed: the sum is its own
+    assert report["move_cost_gpu_hours"] == report["by_seed"][0]["move_cost_gpu_hours"]
 
 
 def test_defrag_without_churn_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,3 +129,46 @@ def test_defrag_without_churn_is_refused(tmp_path: Path, capsys: pytest.CaptureF
     pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,100\n")
     assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgpu", "--defrag", "1"]) == 2
     assert "--churn" in capsys.readouterr().err
+
+
+def test_every_plan_request_is_counted_by_its_outcome() -> None:
+    settings = ChurnSettings(policy="fgpu", defrag_per_100=50, defrag_wait_s=0, defrag_period_s=0)
+    result = churn_replay(nodes=TWO_NODES, pods=_fragmented(), settings=settings)
+    assert result.plan_outcomes == {"attempts": {"planned": 1}, "blocker_sets": {}}
+    # No pod may move per plan: refused, and each node's blocker set counted as over the budget.
+    none = churn_replay(nodes=TWO_NODES, pods=_fragmented(), settings=replace(settings, max_moves_per_plan=0))
+    assert none.moves == 0
+    assert none.plan_outcomes == {
+        "attempts": {"over-move-or-disruption-budget": 1},
+        "blocker_sets": {"over-budget": 2},
+    }
+
+
+@pytest.mark.parametrize(
+    ("lose_progress", "moved_leaves_s", "cost_s"),
+    [(False, 20 + 600 + (7202 - 20), 600), (True, 20 + 600 + 7200, 600 + 18)],
+)
+def test_a_moved_pod_restarts_and_leaves_later_and_the_cost_is_counted(
+    lose_progress: bool, moved_leaves_s: float, cost_s: float
+) -> None:
+    # A 0.3 pod (placed at 2 s, to leave at 7202 s) moves at 20 s; it restarts for 600 s and then
+    # runs the rest of its lifetime, or all of it again when its progress is lost. A whole-GPU pod
+    # fills the other GPU from 200 s; a 0.8 pod arriving at 7100 s waits for both 0.3 pods to leave.
+    pods = [
+        *_fragmented(),
+        TimedPod(_pod("e-fill", 1000), 200.0, 20000.0),
+        TimedPod(_pod("f-late", 800), 7100.0, 60.0),
+    ]
+    settings = ChurnSettings(
+        policy="fgpu", defrag_per_100=50, defrag_wait_s=0, defrag_period_s=0, move_restart_s=600,
+        moved_pods_lose_progress=lose_progress,
+    )
+    result = churn_replay(nodes=TWO_NODES, pods=pods, settings=settings)
+    assert result.moves == 1
+    assert result.pending_gpu_hours == pytest.approx(0.8 * (moved_leaves_s - 7100) / 3600, abs=2e-3)
+    assert result.move_cost_gpu_hours == pytest.approx(0.3 * cost_s / 3600, abs=1e-3)
+
+
+def test_a_negative_restart_time_is_refused() -> None:
+    with pytest.raises(ValueError, match="move_restart_s"):
+        churn_replay(nodes=TWO_NODES, pods=_fragmented(), settings=ChurnSettings(move_restart_s=-1))

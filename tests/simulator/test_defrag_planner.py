@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scheduler_plugin.core.api import NodeName
-from scheduler_plugin.core.defrag_planner import Candidate, NoPlan, Plan, Refusal, plan_room
+from scheduler_plugin.core.defrag_planner import Candidate, NodeOutcome, NoPlan, Plan, Refusal, plan_room
 from scheduler_plugin.core.scheduler import Scheduler
 from scheduler_plugin.sim.replay import build_scheduler, place, pod_request
 from scheduler_plugin.sim.trace import TraceNode, TracePod
@@ -52,7 +52,7 @@ def test_a_disruption_budget_with_no_room_forbids_the_moves() -> None:
     core, where = _fragmented()
     pending = pod_request(_pod("whole", 1000))
     outcome = plan_room(core, pending, _candidates(core, where, ("ns/pdb",)), max_moves=2, allowances={"ns/pdb": 0})
-    assert outcome == NoPlan(Refusal.OVER_BUDGET)
+    assert outcome == NoPlan(Refusal.OVER_BUDGET, causes=(NodeOutcome.OVER_BUDGET,) * 2)  # one per node
     allowed = plan_room(core, pending, _candidates(core, where, ("ns/pdb",)), max_moves=2, allowances={"ns/pdb": 1})
     assert isinstance(allowed, Plan)
 
@@ -77,3 +77,22 @@ def test_the_node_rate_limit_keeps_the_planner_off_a_node() -> None:
     assert plan_room(core, pending, _candidates(core, where), max_moves=2, node_moves_left=left) == NoPlan(
         Refusal.NO_CANDIDATE_NODE
     )
+
+
+def test_planning_teaches_the_policies_nothing_while_real_placements_still_count() -> None:
+    core, where = _fragmented()
+    seen: list[object] = []
+    learn = core.node_policy.pod_added
+
+    def counting(demand: object) -> None:
+        seen.append(demand)
+        learn(demand)  # type: ignore[arg-type]
+
+    core.node_policy.pod_added = counting  # type: ignore[method-assign]
+    plan = plan_room(core, pod_request(_pod("whole", 1000)), _candidates(core, where), max_moves=2)
+    during = len(seen)
+    place(core, _pod("later", 200))
+
+    assert isinstance(plan, Plan)
+    assert during == 0  # trial reservations and the moved pods put back are not new pods
+    assert len(seen) == 1
