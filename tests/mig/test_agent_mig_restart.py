@@ -142,8 +142,10 @@ def test_a_restarted_agent_destroys_only_fgpus_idle_instances_no_running_pod_hol
 
         # The record is lost (deleted by hand): an idle instance no pod holds is no longer provably
         # fgpu's, so it is leaked, never destroyed on a guess, and reported as not fgpu's.
-        nvml.set_usage(0, processes=())
+        # (The record goes first: with it, the agent's own sweep may rightly destroy the busy
+        # instance the moment its process ends.)
         Path(mig_record_path(second.config)).unlink()
+        nvml.set_usage(0, processes=())
         second.mig.reconcile()
         assert _on_gpu(nvml) == {made["keeps"], made["busy"], OPERATORS}
         for loop in second.loops:  # NVML shows no change, so only a resync would carry it: ask for one
