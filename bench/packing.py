@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
 import re
@@ -225,12 +226,19 @@ def plots(rows: Sequence[dict[str, Any]], positions: dict[str, dict[str, float]]
             continue
         xs = [x for x, _ in mean]
         ys = [y for _, y in mean + worst] + [-0.5, 0.5]
+        # Round ranges so the chart's five ticks fall on readable values.
+        x_high = math.ceil(max(xs) / 20) * 20 or 20
+        y_low, y_high = math.floor(min(ys)), math.ceil(max(ys))
         charts[axis] = line_chart_svg(
-            {"fgpu - FGD(told), mean": sorted(mean), "fgpu worst seed - FGD(told) mean": sorted(worst), "target +0.5": [(min(xs), 0.5), (max(xs), 0.5)]},
+            {
+                "fgpu - FGD(told), mean": sorted(mean),
+                "fgpu worst seed - FGD(told) mean": sorted(worst),
+                "target +0.5": [(0.0, 0.5), (float(x_high), 0.5)],
+            },
             x_label=title,
             y_label="points of GPU allocation",
-            x_range=(min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1),
-            y_range=(min(ys) - 0.2, max(ys) + 0.2),
+            x_range=(0.0, float(x_high)),
+            y_range=(float(y_low), float(y_high)),
             title=f"fgpu (live) minus FGD (told): {title}",
         )
     return charts
