@@ -26,7 +26,10 @@ process (`python -m runtimeproxy.main`) and a RuntimeHooks server process
   run-to-run noise. Same fields as the others (direct/proxy p50/p99 in ms).
 
 Direct and proxied samples are taken in alternating blocks so that drift on a
-shared machine hits both alike.
+shared machine hits both alike. `--baseline DIR` adds, to hooked_create, a third
+proxy from another checkout (e.g. `git worktree add /tmp/old HEAD`) in the same
+alternation, with the same agent and fake runtime, and both proxies' CPU per
+hooked call (`_baseline` in the result; the readable table prints it).
 """
 
 from __future__ import annotations
@@ -145,6 +148,12 @@ def start_process(args: list[str], ready: str | None, log_path: str) -> subproce
         if b"ready" not in line:
             raise RuntimeError(f"{args[:3]} did not start; see {log_path}")
     return proc
+
+
+def start_proxy(listen: str, backend: str, hook_dir: str, log_path: str, *, tree: str = ROOT) -> subprocess.Popen[bytes]:
+    """The proxy of the checkout `tree` (this one by default) as its own process."""
+    log = open(log_path, "wb")  # noqa: SIM115 - the child keeps it
+    return subprocess.Popen(proxy_argv(listen, backend, hook_dir), stdout=log, stderr=log, cwd=tree)
 
 
 def proxy_argv(listen: str, backend: str, hook_dir: str) -> list[str]:
@@ -277,20 +286,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         agents.append(agent)
         agent_hooks = os.path.join(base, "agent-hooks.d")
         agent.write_registration(agent_hooks)
-        fake_listen = os.path.join(base, "proxy-fake.sock")
-        procs.append(start_process(proxy_argv(fake_listen, f"unix://{fake_sock}", agent_hooks),
-                                   None, os.path.join(base, "proxy-fake.log")))
-        wait_for_socket(fake_listen)
+        hooked_proxies: list[subprocess.Popen[bytes]] = []
+        fake_targets = [f"unix://{fake_sock}"]
+        for name, tree in (("proxy-fake", ROOT), *((("baseline-fake", args.baseline),) if args.baseline else ())):
+            fake_listen = os.path.join(base, f"{name}.sock")
+            hooked_proxies.append(start_proxy(fake_listen, f"unix://{fake_sock}", agent_hooks,
+                                              os.path.join(base, f"{name}.log"), tree=tree))
+            procs.append(hooked_proxies[-1])
+            wait_for_socket(fake_listen)
+            fake_targets.append(f"unix://{fake_listen}")
         kd = kubelets["direct"]
         pod = Pod(spec=agent_pod, sandbox_id="bench-agent-sandbox", config=kd.pod_config(agent_pod), log_dir=base)
         payload = kd.create_container_request(pod, ContainerSpec(name=CONTAINER, command=["true"])).SerializeToString()
-        fake_calls = [
-            Kubelet(addr).channel.unary_unary(RUNTIME + "CreateContainer")
-            for addr in (f"unix://{fake_sock}", f"unix://{fake_listen}")
-        ]
+        fake_calls = [Kubelet(addr).channel.unary_unary(RUNTIME + "CreateContainer") for addr in fake_targets]
         # the proxy refuses a GPU pod's container unless the agent gave it its GPUs: one call shows it did
-        fake_calls[1](payload, timeout=10)
-        hooked = alternating([lambda c=c: c(payload, timeout=10) for c in fake_calls], n=max(500, n // 4), block=50)
+        for c in fake_calls[1:]:
+            c(payload, timeout=10)
+        hooked_n = max(500, n // 4)
+        hooked_cpu0 = [cpu_seconds(p.pid) for p in hooked_proxies]
+        hooked = alternating([lambda c=c: c(payload, timeout=10) for c in fake_calls], n=hooked_n, block=50)
+        # per call, the warm-up block included
+        hooked_cpu = [
+            (cpu_seconds(p.pid) - c0) / (hooked_n + min(50, hooked_n)) * 1e3
+            for p, c0 in zip(hooked_proxies, hooked_cpu0, strict=True)
+        ]
 
         result: dict[str, Any] = {
             "version": summary(version[0], version[1]),
@@ -306,6 +325,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "concurrent_qps": round(qps["naive"], 1),
             }
         result["hooked_create"] = summary(hooked[0], hooked[1])
+        result["_hooked_proxy_cpu_ms_per_call"] = round(hooked_cpu[0], 4)
+        if args.baseline:
+            result["_baseline"] = {
+                "hooked_create": summary(hooked[0], hooked[2]),
+                "hooked_proxy_cpu_ms_per_call": round(hooked_cpu[1], 4),
+            }
         result["_containers_listed"] = len(kubelets["direct"].list_containers())
         del pods
         return result
@@ -329,6 +354,7 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=2000, help="samples per pass-through measurement")
     parser.add_argument("--pods", type=int, default=110, help="pods (with one container each) present for ListContainers")
     parser.add_argument("--creates", type=int, default=60, help="CreateContainer+StartContainer samples per side")
+    parser.add_argument("--baseline", metavar="DIR", help="hooked_create: also run the proxy of this checkout (A/B)")
     args = parser.parse_args()
     result = run(args)
     if args.json:
@@ -348,6 +374,12 @@ def main() -> int:
           f"(+{h['proxy_p50_ms'] - h['direct_p50_ms']:.3f})   p99 direct {h['direct_p99_ms']:.3f} ms  "
           f"proxy+agent {h['proxy_p99_ms']:.3f} ms  (+{h['proxy_p99_ms'] - h['direct_p99_ms']:.3f})   "
           "[fake runtime, fgpu-agent hook]")
+    print(f"  proxy CPU per hooked call: {result['_hooked_proxy_cpu_ms_per_call']:.3f} ms")
+    if "_baseline" in result:
+        bh = result["_baseline"]["hooked_create"]
+        print(f"  baseline proxy+agent p50 {bh['proxy_p50_ms']:.3f} ms (+{bh['proxy_p50_ms'] - bh['direct_p50_ms']:.3f})"
+              f"   p99 {bh['proxy_p99_ms']:.3f} ms (+{bh['proxy_p99_ms'] - bh['direct_p99_ms']:.3f})   "
+              f"CPU per hooked call {result['_baseline']['hooked_proxy_cpu_ms_per_call']:.3f} ms")
     q = result["concurrent_qps"]
     print(f"concurrent_qps   direct {q['direct']:.0f}/s  proxy {q['proxy']:.0f}/s  ({q['proxy'] / q['direct']:.0%})")
     if "_naive" in result:

@@ -12,6 +12,11 @@ proxy's in front of it (`python -m runtimeproxy.main`, its own process, no
 hooks: Version is a pass-through call). Rounds alternate direct and proxied;
 the result is each side's median requests/s and their ratio.
 
+`--baseline DIR` also starts the proxy of another checkout (e.g. `git worktree
+add /tmp/old HEAD`) in front of the same containerd and runs it in the same
+alternation, so that a change is judged against the code before it under the
+same load (`baseline` in the result, with its CPU per request).
+
 No errors means: h2load counts every request done and succeeded, none
 failed, errored or timed out, all HTTP 200; and, because a gRPC error is an
 HTTP 200 too, every answer carried its message (h2load's DATA bytes are the
@@ -137,27 +142,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with open(body, "wb") as f:
         f.write(REQUEST_BODY)
     ctrd = Containerd()
-    proxy: subprocess.Popen[bytes] | None = None
+    proxies: dict[str, subprocess.Popen[bytes]] = {}
+    ports: dict[str, int] = {}
     try:
         ctrd.start()
-        listen = os.path.join(base, "proxy.sock")
-        hook_dir = os.path.join(base, "hooks.d")
-        os.makedirs(hook_dir)
-        port = free_port()
-        with open(os.path.join(base, "proxy.log"), "wb") as log:
-            proxy = subprocess.Popen(
-                [sys.executable, "-m", "runtimeproxy.main", "--listen", f"unix://{listen}", "--backend", ctrd.address,
-                 "--hook-config-dir", hook_dir, "--admin-listen", "", "--metrics-listen", f"127.0.0.1:{port}",
-                 "--log-level", "warning"],
-                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 20
-        while not os.path.exists(listen):
-            if proxy.poll() is not None or time.monotonic() > deadline:
-                with open(os.path.join(base, "proxy.log")) as f:
-                    raise RuntimeError(f"the proxy did not start:\n{f.read()[-3000:]}")
-            time.sleep(0.02)
-        targets = {"direct": ctrd.socket_path, "proxy": listen}
+        targets = {"direct": ctrd.socket_path}
+        trees = {"proxy": ROOT, **({"baseline": os.path.abspath(args.baseline)} if args.baseline else {})}
+        for name, tree in trees.items():
+            listen = os.path.join(base, f"{name}.sock")
+            hook_dir = os.path.join(base, f"{name}-hooks.d")
+            os.makedirs(hook_dir)
+            ports[name] = free_port()
+            with open(os.path.join(base, f"{name}.log"), "wb") as log:
+                proxies[name] = subprocess.Popen(
+                    [sys.executable, "-m", "runtimeproxy.main", "--listen", f"unix://{listen}", "--backend",
+                     ctrd.address, "--hook-config-dir", hook_dir, "--admin-listen", "",
+                     "--metrics-listen", f"127.0.0.1:{ports[name]}", "--log-level", "warning"],
+                    cwd=tree, stdout=log, stderr=subprocess.STDOUT,
+                )
+            deadline = time.monotonic() + 20
+            while not os.path.exists(listen):
+                if proxies[name].poll() is not None or time.monotonic() > deadline:
+                    with open(os.path.join(base, f"{name}.log")) as f:
+                        raise RuntimeError(f"the {name} proxy did not start:\n{f.read()[-3000:]}")
+                time.sleep(0.02)
+            targets[name] = listen
+        listen = targets["proxy"]
 
         def argv(target: str, requests: int) -> list[str]:
             return h2load_argv(targets[target], body, requests=requests, clients=args.clients, streams=args.streams,
@@ -166,33 +176,43 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # one call each: the answer's length (the same both ways), then a warm-up
         single = {t: run_h2load(h2load_argv(targets[t], body, requests=1, clients=1, streams=1, threads=1)) for t in targets}
         answer_len = single["direct"].data_bytes
-        if single["proxy"].data_bytes != answer_len or not answer_len:
-            raise RuntimeError(f"Version answers differ: direct {single['direct']}, proxied {single['proxy']}")
+        if any(r.data_bytes != answer_len for r in single.values()) or not answer_len:
+            raise RuntimeError(f"Version answers differ: {single}")
         for t in targets:
             run_h2load(argv(t, args.warmup))
         rounds: dict[str, list[Round]] = {t: [] for t in targets}
-        metric_errors = 0
-        cpu_share: list[float] = []
-        for _ in range(args.rounds):
-            for t in targets:
-                before = proxied_ok_calls(port) if t == "proxy" else 0.0
-                cpu0 = cpu_seconds(proxy.pid)
+        metric_errors = dict.fromkeys(proxies, 0)
+        cpu_share: dict[str, list[float]] = {t: [] for t in proxies}
+        cpu_per_request: dict[str, list[float]] = {t: [] for t in proxies}
+        for i in range(args.rounds):
+            # every other round in reverse, so that no side always follows the same one
+            for t in (list(targets) if i % 2 == 0 else list(reversed(targets))):
+                proc = proxies.get(t)
+                before = proxied_ok_calls(ports[t]) if proc is not None else 0.0
+                cpu0 = cpu_seconds(proc.pid) if proc is not None else 0.0
                 r = run_h2load(argv(t, args.requests))
-                if t == "proxy":
-                    cpu_share.append((cpu_seconds(proxy.pid) - cpu0) / r.seconds)
-                    metric_errors += r.requests - int(proxied_ok_calls(port) - before)
+                if proc is not None:
+                    used = cpu_seconds(proc.pid) - cpu0
+                    cpu_share[t].append(used / r.seconds)
+                    cpu_per_request[t].append(used / r.requests * 1e6)
+                    metric_errors[t] += r.requests - int(proxied_ok_calls(ports[t]) - before)
                 rounds[t].append(r)
         result: dict[str, Any] = {}
         for t in targets:
             result[t] = {
                 "median_rps": round(statistics.median(r.rps for r in rounds[t]), 1),
                 "rounds_rps": [round(r.rps, 1) for r in rounds[t]],
-                "errors": sum(errors(r, answer_len=answer_len) for r in rounds[t]) + (metric_errors if t == "proxy" else 0),
+                "errors": sum(errors(r, answer_len=answer_len) for r in rounds[t]) + metric_errors.get(t, 0),
                 "requests": sum(r.requests for r in rounds[t]),
             }
+            if t in proxies:
+                # the proxy runs one event loop: near 1.0 it is the bottleneck, a core of its own at full use
+                result[t]["cpu_cores_used"] = round(statistics.median(cpu_share[t]), 2)
+                # less sensitive to the machine's load than the ratio (user+sys, clock ticks)
+                result[t]["cpu_us_per_request"] = round(statistics.median(cpu_per_request[t]), 2)
         result["ratio"] = round(result["proxy"]["median_rps"] / result["direct"]["median_rps"], 3)
-        # the proxy runs one event loop: near 1.0 it is the bottleneck, a core of its own at full use
-        result["proxy"]["cpu_cores_used"] = round(statistics.median(cpu_share), 2)
+        if "baseline" in result:
+            result["baseline_ratio"] = round(result["baseline"]["median_rps"] / result["direct"]["median_rps"], 3)
         result["load_average_1m"] = round(os.getloadavg()[0], 2)
         result["concurrency"] = {"clients": args.clients, "streams_per_client": args.streams, "threads": args.threads}
         result["h2load"] = " ".join(
@@ -201,12 +221,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["_rounds"] = {t: [asdict(r) for r in rounds[t]] for t in targets}
         return result
     finally:
-        if proxy is not None:
-            proxy.terminate()
+        for proc in proxies.values():
+            proc.terminate()
             try:
-                proxy.wait(10)
+                proc.wait(10)
             except subprocess.TimeoutExpired:
-                proxy.kill()
+                proc.kill()
         ctrd.cleanup()
         shutil.rmtree(base, ignore_errors=True)
 
@@ -220,6 +240,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4, help="h2load connections")
     parser.add_argument("--streams", type=int, default=25, help="concurrent streams per connection")
     parser.add_argument("--threads", type=int, default=2, help="h2load threads")
+    parser.add_argument("--baseline", metavar="DIR", help="also run the proxy of this checkout, alternating (A/B)")
     args = parser.parse_args()
     result = run(args)
     if args.json:
@@ -228,11 +249,14 @@ def main() -> int:
     conc = result["concurrency"]
     print(f"h2load, {conc['clients']} connections x {conc['streams_per_client']} streams, "
           f"{args.requests} Version calls per round, {args.rounds} rounds each")
-    for t in ("direct", "proxy"):
+    for t in ("direct", "proxy", "baseline"):
+        if t not in result:
+            continue
         r = result[t]
-        print(f"{t:7s} median {r['median_rps']:9.1f} req/s  rounds {r['rounds_rps']}  errors {r['errors']}")
-    print(f"proxied/direct {result['ratio']:.0%}   proxy CPU {result['proxy']['cpu_cores_used']} cores   "
-          f"load average {result['load_average_1m']}")
+        cpu = f"  CPU {r['cpu_us_per_request']} us/request, {r['cpu_cores_used']} cores" if "cpu_cores_used" in r else ""
+        print(f"{t:8s} median {r['median_rps']:9.1f} req/s  rounds {r['rounds_rps']}  errors {r['errors']}{cpu}")
+    baseline = f"   baseline/direct {result['baseline_ratio']:.0%}" if "baseline_ratio" in result else ""
+    print(f"proxied/direct {result['ratio']:.0%}{baseline}   load average {result['load_average_1m']}")
     return 0
 
 

@@ -9,7 +9,8 @@ The intercepted calls, one `call_specs.CallSpec` per CRI method, are in
 how to build the hook request and apply the answer (a codec pair in `crimsg`).
 The stages are the methods of the RuntimeHooks service, read from its
 descriptor (`stages`); hook servers register for them (`hookconfig`) and are
-called by `hookclient`. `verdicts` folds the hooks' outcomes into what happens
+called by `hookclient`, over one HTTP/2 connection per server that the proxy
+drives itself from its event loop with the relay's codecs (`hook_connection`). `verdicts` folds the hooks' outcomes into what happens
 to the call, `edits` merges their answers; `runtime_client` asks the runtime
 about a call's pod; `metrics`, `logs`, `errors`, `config`.
 
@@ -40,7 +41,9 @@ to bottom (an import-linter `layers` contract in pyproject.toml keeps it so):
 - `header_sync`: both peers' HPACK tables kept in step when a header block is
   dropped (re-encoding that direction from then on) or written by the relay.
 - `relay_state`: the state core; per-connection and per-stream records and
-  their teardown. It imports none of the above, only the leaf codecs.
+  their teardown, and the transports the pumps write through (one write per
+  peer per pass, `CorkedTransport`). It imports none of the above, only the
+  leaf codecs.
 - `grpc_framing`: gRPC status codes, message framing and compression, the
   relay's own trailers (capped, split into CONTINUATIONs).
 - `calls`, `h2frames`, `hpack_codec`: leaf codecs that import nothing of the

@@ -10,17 +10,21 @@ import asyncio
 import logging
 
 from runtimeproxy import peer_errors, refusal, request_pump, response_pump
-from runtimeproxy.relay_state import ConnectionState, RelayContext, Transport
+from runtimeproxy.relay_state import ConnectionState, ReadBuffer, RelayContext, Transport
 
 log = logging.getLogger(__name__)
 
 
-class _BackendSide(asyncio.Protocol):
+class _BackendSide(asyncio.BufferedProtocol):
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self._reads = ReadBuffer()
 
-    def data_received(self, data: bytes) -> None:
-        response_pump.pump(self.conn, data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._reads.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        response_pump.pump(self.conn, self._reads.take(nbytes))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.conn.backend_lost(exc)
@@ -57,7 +61,7 @@ class Connection(ConnectionState):
         if self.closing:
             transport.close()
             return
-        self.backend = transport
+        self.set_backend(transport)
         if self.cbuf:
             data, self.cbuf = self.cbuf, b""
             request_pump.pump(self, data)

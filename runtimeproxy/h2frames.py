@@ -10,11 +10,15 @@ of a frame nor forwards one the receiver would have to reject.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Final
 
 PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 FRAME_HEADER_LEN: Final = 9
+#: A frame header in one C call: length (high octet, low 16 bits), type, flags, stream id (with its
+#: reserved bit). `unpack_header(buf, pos)`; the pumps read every frame's header this way.
+unpack_header: Final = struct.Struct(">BHBBI").unpack_from
 
 # frame types
 DATA: Final = 0x0

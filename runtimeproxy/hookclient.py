@@ -1,89 +1,109 @@
-"""Calls RuntimeHooks servers, one reused channel per endpoint.
+"""Calls RuntimeHooks servers, one reused HTTP/2 connection per endpoint (`hook_connection`).
 
 A stage is called by its method path (`stages.Stage.path`, from the service
 descriptor), so a stage added to hooks.proto needs nothing here.
+
+A connection is dialled when a call needs one: the first call, the first after
+the server went away (closed, GOAWAY, a broken frame). Hook servers are local
+sockets, so there is no backoff: kubelet's next retry of a refused GPU
+container dials at once and finds a restarted hook server. Concurrent calls to
+one endpoint share one dial and one connection. The deadline (the
+registration's `timeout`) covers the dial and the call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import grpc
-import grpc.aio
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from apis.fgpu.v1 import hooks_pb2
-from apis.grpc_server import CHANNEL_OPTIONS, parse_address
+from apis.grpc_server import parse_address
 from runtimeproxy.errors import HookCallError
+from runtimeproxy.hook_connection import CallFailed, HookConnection
 from runtimeproxy.hookconfig import HookServer
 from runtimeproxy.metrics import ProxyMetrics
 from runtimeproxy.stages import Stage
 
-# Hook servers are local sockets: try again soon after one comes back, so that
-# kubelet's next retry of a refused GPU container finds the channel ready.
-_HOOK_CHANNEL_OPTIONS = (
-    *CHANNEL_OPTIONS,
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-)
-
-
-def _serialize(message: Message) -> bytes:
-    return message.SerializeToString()
+_CODES = {int(c.value[0]): c for c in grpc.StatusCode}
+_UNAVAILABLE = int(grpc.StatusCode.UNAVAILABLE.value[0])
 
 
 class HookClient:
     def __init__(self, *, metrics: ProxyMetrics) -> None:
         self.metrics = metrics
-        #: endpoint -> its channel and the stages' callables on it
-        self._channels: dict[str, tuple[grpc.aio.Channel, dict[str, grpc.aio.UnaryUnaryMultiCallable[Any, Any]]]] = {}
-
-    def _method(self, endpoint: str, stage: Stage) -> grpc.aio.UnaryUnaryMultiCallable[Any, Any]:
-        entry = self._channels.get(endpoint)
-        if entry is None:
-            target = parse_address(endpoint, field="endpoint").grpc_target
-            entry = (grpc.aio.insecure_channel(target, options=list(_HOOK_CHANNEL_OPTIONS)), {})
-            self._channels[endpoint] = entry
-        channel, methods = entry
-        method = methods.get(stage.path)
-        if method is None:
-            # registered, as the generated stubs' methods are (grpc-core then skips a lookup per call)
-            method = methods[stage.path] = channel.unary_unary(  # type: ignore[call-arg]  # not in grpc's stubs
-                stage.path, request_serializer=_serialize, response_deserializer=hooks_pb2.HookResponse.FromString,
-                _registered_method=True,
-            )
-        return method
+        self._connections: dict[str, HookConnection] = {}
+        self._dials: dict[str, asyncio.Task[HookConnection]] = {}
+        #: (server, stage) -> its metric children: a `labels()` lookup takes a lock and builds a key each time
+        self._children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     async def call(self, server: HookServer, stage: Stage, request: Message) -> hooks_pb2.HookResponse:
         """One hook call; HookCallError when the server is down, slow or failing."""
-        method = self._method(server.endpoint, stage)
-        self.metrics.hook_calls.labels(server.name, stage.name).inc()
+        children = self._children.get((server.name, stage.name))
+        if children is None:
+            children = self._children[(server.name, stage.name)] = (
+                self.metrics.hook_calls.labels(server.name, stage.name),
+                self.metrics.hook_duration.labels(server.name, stage.name),
+            )
+        calls, duration = children
+        calls.inc()
         t0 = time.perf_counter()
         try:
-            response: hooks_pb2.HookResponse = await method(request, timeout=server.timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            code = exc.code()
-            reason = "timeout" if code is grpc.StatusCode.DEADLINE_EXCEEDED else str(code.value[1])
-            self.metrics.hook_errors.labels(server.name, stage.name, reason).inc()
-            detail = (
-                f"no answer within {server.timeout_s:g}s" if code is grpc.StatusCode.DEADLINE_EXCEEDED
-                else f"{code.name}: {exc.details()}"
-            )
-            raise HookCallError(server.name, f"{detail} (endpoint {server.endpoint})") from None
+            async with asyncio.timeout(server.timeout_s):
+                connection = await self._connection(server.endpoint)
+                answer = await connection.call(stage.path, request.SerializeToString(), timeout_s=server.timeout_s)
+            response = hooks_pb2.HookResponse.FromString(answer)
+        except TimeoutError:
+            raise self._failed(server, stage, "timeout", f"no answer within {server.timeout_s:g}s") from None
+        except CallFailed as exc:
+            code = _CODES.get(exc.code, grpc.StatusCode.UNKNOWN)
+            raise self._failed(server, stage, str(code.value[1]), f"{code.name}: {exc.details}") from None
+        except DecodeError as exc:
+            reason = str(grpc.StatusCode.INTERNAL.value[1])
+            raise self._failed(server, stage, reason, f"INTERNAL: cannot decode the hook's answer: {exc}") from None
         finally:
-            self.metrics.hook_duration.labels(server.name, stage.name).observe(time.perf_counter() - t0)
+            duration.observe(time.perf_counter() - t0)
         if response.HasField("rejection"):
             self.metrics.hook_errors.labels(server.name, stage.name, "rejected").inc()
         return response
 
+    def _failed(self, server: HookServer, stage: Stage, reason: str, detail: str) -> HookCallError:
+        self.metrics.hook_errors.labels(server.name, stage.name, reason).inc()
+        return HookCallError(server.name, f"{detail} (endpoint {server.endpoint})")
+
+    async def _connection(self, endpoint: str) -> HookConnection:
+        connection = self._connections.get(endpoint)
+        if connection is not None and connection.usable():
+            return connection
+        dial = self._dials.get(endpoint)
+        if dial is None:
+            dial = self._dials[endpoint] = asyncio.get_running_loop().create_task(self._dial(endpoint))
+            dial.add_done_callback(lambda _: self._dials.pop(endpoint, None))
+        # shielded: one caller's deadline does not cancel the dial the others wait for
+        return await asyncio.shield(dial)
+
+    async def _dial(self, endpoint: str) -> HookConnection:
+        path = parse_address(endpoint, field="endpoint").unix_path
+        if path is None:  # hookconfig accepts unix:// endpoints only
+            raise CallFailed(_UNAVAILABLE, f"{endpoint} is not a unix socket")
+        try:
+            _, connection = await asyncio.get_running_loop().create_unix_connection(
+                lambda: HookConnection(endpoint=endpoint), path
+            )
+        except OSError as exc:
+            raise CallFailed(_UNAVAILABLE, f"cannot connect: {exc}") from None
+        # one that went away still finishes its own calls, and closes itself after them
+        self._connections[endpoint] = connection
+        return connection
+
     async def forget_others(self, endpoints: set[str]) -> None:
-        """Closes channels to endpoints no longer registered."""
-        for endpoint in list(self._channels):
+        """Closes connections to endpoints no longer registered."""
+        for endpoint in list(self._connections):
             if endpoint not in endpoints:
-                channel, _ = self._channels.pop(endpoint)
-                await channel.close(None)
+                self._connections.pop(endpoint).close()
 
     async def close(self) -> None:
         await self.forget_others(set())

@@ -80,6 +80,7 @@ class HookedCalls:
         self.specs = specs
         self._by_path = specs.by_path
         self._labels: dict[bytes, str] = {}
+        self._record = metrics.calls.record
         self.background: set[asyncio.Task[None]] = set()
 
     # --- CallHandler --------------------------------------------------------------------------------
@@ -106,7 +107,7 @@ class HookedCalls:
             label = method_label(path)
             if len(self._labels) < 256:
                 self._labels[path] = label
-        self.metrics.record_call(label, code, seconds)
+        self._record(label, code, seconds)
         if kind is not StreamKind.OBSERVE or message is None:
             return
         spec = self._by_path.get(path)

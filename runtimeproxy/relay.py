@@ -39,7 +39,7 @@ from typing import cast
 from runtimeproxy import draining, peer_errors, request_pump
 from runtimeproxy.calls import CallHandler
 from runtimeproxy.connection import Connection
-from runtimeproxy.relay_state import ConnectionState, Dialer
+from runtimeproxy.relay_state import ConnectionState, Dialer, ReadBuffer
 
 __all__ = ["Dialer", "Relay"]
 
@@ -61,7 +61,7 @@ class Relay:
     def on_backend_connect(self, ok: bool) -> None:
         self._on_backend_connect(ok)
 
-    def protocol(self) -> asyncio.Protocol:
+    def protocol(self) -> asyncio.BaseProtocol:
         return _ClientSide(self)
 
     async def shutdown(self, grace: float) -> None:
@@ -84,18 +84,22 @@ class Relay:
             conn.close()
 
 
-class _ClientSide(asyncio.Protocol):
+class _ClientSide(asyncio.BufferedProtocol):
     def __init__(self, relay: Relay) -> None:
         self.relay = relay
         self.conn: Connection | None = None
+        self._reads = ReadBuffer()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
         self.conn = Connection(self.relay, transport)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._reads.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         assert self.conn is not None
-        request_pump.pump(self.conn, data)
+        request_pump.pump(self.conn, self._reads.take(nbytes))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.conn is not None:

@@ -12,21 +12,26 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from runtimeproxy import h2frames as h2
 from runtimeproxy.calls import CallHandler, StreamKind
-from runtimeproxy.hpack_codec import HeaderDecoder, TableEncoder
+from runtimeproxy.hpack_codec import Header, HeaderDecoder, TableEncoder
 
 #: The most the relay holds of one intercepted request: kubelet's message limit and the gRPC prefix.
 MAX_HELD_BYTES = 16 * 1024 * 1024 + 5
 #: How many refused or reset streams a connection remembers, to drop the frames still in flight on them.
 DROPPED_MEMORY = 1024
+#: What one read from a socket may take: asyncio's own default for a plain Protocol. The relay reads
+#: into a buffer of this size that it keeps (`ReadBuffer`): a plain Protocol's `recv(256 KiB)` allocates
+#: that much on every read, and unless glibc's mmap threshold happens to have grown past it, that is an
+#: mmap, mremap and munmap per read (~8 us here, about what the relay's Python costs for a whole read).
+READ_SIZE = 256 * 1024
 
 #: Opens a connection to the runtime; raises OSError when it cannot.
-Dialer = Callable[[Callable[[], asyncio.Protocol]], Awaitable[asyncio.Transport]]
+Dialer = Callable[[Callable[[], asyncio.BaseProtocol]], Awaitable[asyncio.Transport]]
 
 
 class Transport(Protocol):
@@ -41,6 +46,66 @@ class Transport(Protocol):
     def resume_reading(self) -> None: ...
 
     def get_extra_info(self, name: str, default: Any = None) -> Any: ...
+
+
+class ReadBuffer:
+    """The buffer one socket is read into; each read's bytes are copied out (the pumps keep slices of them)."""
+
+    __slots__ = ("_buf", "_view")
+
+    def __init__(self) -> None:
+        self._buf = bytearray(READ_SIZE)
+        self._view = memoryview(self._buf)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._view
+
+    def take(self, nbytes: int) -> bytes:
+        return bytes(self._view[:nbytes])
+
+
+class CorkedTransport:
+    """A transport whose writes, while corked, are collected and go out as one write when uncorked.
+
+    A pump pass corks both sides (`ConnectionState.cork`): the runs it forwards and the frames the
+    relay adds go to each peer in one `send()` per pass instead of one per cut in the run. Each
+    `send()` wakes the peer, and on a busy node every wake-up is a chance to wait for a CPU. Writes
+    outside a pass (a held call's edited message, draining, refusals) go out at once.
+    """
+
+    __slots__ = ("_pending", "transport")
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self._pending: list[bytes | bytearray | memoryview] | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._pending is None:
+            self.transport.write(data)
+        else:
+            self._pending.append(data)
+
+    def cork(self) -> None:
+        if self._pending is None:
+            self._pending = []
+
+    def uncork(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending:
+            self.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def close(self) -> None:
+        self.uncork()
+        self.transport.close()
+
+    def pause_reading(self) -> None:
+        self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self.transport.resume_reading()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self.transport.get_extra_info(name, default)
 
 
 class RelayContext(Protocol):
@@ -112,8 +177,8 @@ class ConnectionState:
     def __init__(self, relay: RelayContext, client: Transport) -> None:
         self.relay = relay
         self.handler = relay.handler
-        self.client = client
-        self.backend: Transport | None = None
+        self.client = CorkedTransport(client)
+        self.backend: CorkedTransport | None = None
         self.streams: dict[int, Stream] = {}
         #: streams whose runtime frames the relay drops: it answered kubelet itself, or reset the stream
         self.hijacked: dict[int, None] = {}
@@ -121,6 +186,10 @@ class ConnectionState:
         self.refused: dict[int, None] = {}
         self.req = HeaderPath()
         self.resp = HeaderPath()
+        # the last request block's fields and its :path, the last trailers' fields and their status: a
+        # repeated block decodes to the same (cached, unchanging) list, so the pumps need not read it again
+        self.last_request: tuple[Sequence[Header] | None, bytes] = (None, b"")
+        self.last_trailers: tuple[Sequence[Header] | None, int] = (None, 0)
         self.cbuf = b""
         self.bbuf = b""
         self.preface_seen = False
@@ -165,6 +234,20 @@ class ConnectionState:
         if self.runtime_goaway_sid is not None:
             last = min(last, self.runtime_goaway_sid)
         return last
+
+    def set_backend(self, transport: Transport) -> None:
+        self.backend = CorkedTransport(transport)
+
+    def cork(self) -> None:
+        """Collects what the relay writes to either peer until `uncork` (one pump pass)."""
+        self.client.cork()
+        if self.backend is not None:
+            self.backend.cork()
+
+    def uncork(self) -> None:
+        self.client.uncork()
+        if self.backend is not None:
+            self.backend.uncork()
 
     def close(self) -> None:
         if self.closing:

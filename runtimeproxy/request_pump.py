@@ -26,9 +26,20 @@ log = logging.getLogger(__name__)
 
 
 def pump(conn: ConnectionState, data: bytes) -> None:
-    """Relays what kubelet sent: frames checked, forwarded in runs, held or dropped where the relay must."""
+    """Relays what kubelet sent: frames checked, forwarded in runs, held or dropped where the relay must.
+
+    What the pass writes to either peer goes out when it ends, one write per peer (`CorkedTransport`).
+    """
     if conn.closing:
         return
+    conn.cork()
+    try:
+        _pump(conn, data)
+    finally:
+        conn.uncork()
+
+
+def _pump(conn: ConnectionState, data: bytes) -> None:
     if conn.backend is None:
         conn.cbuf += data
         if conn.refusing is not None:
@@ -51,9 +62,11 @@ def pump(conn: ConnectionState, data: bytes) -> None:
     backend = conn.backend
     streams = conn.streams
     limit = conn.client_frame_limit
+    unpack_header = h2.unpack_header
     in_block = conn.c_block is not None
     while n - pos >= 9:
-        length = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
+        hi, lo, ftype, flags, sid = unpack_header(buf, pos)
+        length = hi << 16 | lo
         end = pos + 9 + length
         if length > limit:
             if out_start < pos:
@@ -62,9 +75,7 @@ def pump(conn: ConnectionState, data: bytes) -> None:
             return
         if end > n:
             break
-        ftype = buf[pos + 3]
-        flags = buf[pos + 4]
-        sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+        sid &= 0x7FFFFFFF
         v: h2.Violation | None = None
         if in_block and ftype != h2.CONTINUATION:
             v = h2.INTERRUPTED_BLOCK
@@ -228,13 +239,19 @@ def _block(conn: ConnectionState, sid: int, flags: int, fragment: bytes | bytear
     if not new:  # a stream the runtime already ended: the runtime answers for it
         return out
     conn.last_sid = sid
-    path_value = b""
-    for name, value in headers:
-        if name == b":path":
-            path_value = value
-            break
+    if headers is conn.last_request[0]:
+        # the decoder's cached block (the same request block again): the same call
+        path_value = conn.last_request[1]
+    else:
+        path_value = b""
+        for name, value in headers:
+            if name == b":path":
+                path_value = value
+                break
+        conn.last_request = (headers, path_value)
+    # classified afresh for every stream: hook registrations come and go
     kind = conn.handler.classify(path_value)
-    st = Stream(sid=sid, path=path_value, kind=kind, t0=time.perf_counter())
+    st = Stream(sid, path_value, kind, time.perf_counter())
     conn.streams[sid] = st
     if kind is not StreamKind.PASS:
         for name, value in headers:

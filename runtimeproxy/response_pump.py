@@ -19,11 +19,29 @@ from runtimeproxy.grpc_framing import GRPC_INTERNAL, GRPC_UNKNOWN
 from runtimeproxy.hpack_codec import Header, HPACKError
 from runtimeproxy.relay_state import ConnectionState, Side
 
+#: HEADERS flags whose frame takes the usual path: END_HEADERS and none of padding or priority
+_PLAIN_MASK = h2.END_HEADERS | h2.PADDED_OR_PRIORITY
+
 
 def pump(conn: ConnectionState, data: bytes) -> None:
-    """Relays what the runtime sent: frames checked, forwarded in runs, dropped where kubelet has its answer."""
+    """Relays what the runtime sent: frames checked, forwarded in runs, dropped where kubelet has its answer.
+
+    What the pass writes to either peer goes out when it ends, one write per peer (`CorkedTransport`);
+    the calls it finished are reported after that.
+    """
     if conn.closing:
         return
+    conn.cork()
+    try:
+        completed = _pump(conn, data)
+    finally:
+        conn.uncork()
+    if completed and conn.done:
+        _report_done(conn)
+
+
+def _pump(conn: ConnectionState, data: bytes) -> bool:
+    """One pass over what the runtime sent; False when it ended the connection pair."""
     buf = conn.bbuf + data if conn.bbuf else data
     n = len(buf)
     pos = 0
@@ -31,20 +49,21 @@ def pump(conn: ConnectionState, data: bytes) -> None:
     client = conn.client
     hijacked = conn.hijacked
     limit = conn.backend_frame_limit
+    unpack_header = h2.unpack_header
     in_block = conn.b_block is not None
+    resp = conn.resp
     while n - pos >= 9:
-        length = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
+        hi, lo, ftype, flags, sid = unpack_header(buf, pos)
+        length = hi << 16 | lo
         end = pos + 9 + length
         if length > limit:
             if out_start < pos:
                 client.write(buf[out_start:pos])
             peer_errors.connection_error(conn, Side.BACKEND, h2.oversized(length, limit))
-            return
+            return False
         if end > n:
             break
-        ftype = buf[pos + 3]
-        flags = buf[pos + 4]
-        sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+        sid &= 0x7FFFFFFF
         v: h2.Violation | None = None
         if in_block and ftype != h2.CONTINUATION:
             v = h2.INTERRUPTED_BLOCK
@@ -62,6 +81,23 @@ def pump(conn: ConnectionState, data: bytes) -> None:
             elif flags & h2.END_STREAM:
                 _response_end(conn, sid, None)
         elif ftype == h2.HEADERS:
+            if flags & _PLAIN_MASK == h2.END_HEADERS and sid & 1 and resp.reencoder is None and sid not in hijacked:
+                # the usual block (whole, unpadded, on a stream kubelet waits for): read, forwarded in the run
+                try:
+                    headers = resp.decoder.decode(buf[pos + 9 : end])
+                except HPACKError as exc:
+                    if out_start < pos:
+                        client.write(buf[out_start:pos])
+                    peer_errors.connection_error(
+                        conn, Side.BACKEND, h2.Violation(h2.COMPRESSION_ERROR, f"bad header block: {exc}")
+                    )
+                    return False
+                if flags & h2.END_STREAM:
+                    _response_end(conn, sid, headers)
+                elif (st := conn.streams.get(sid)) is not None:
+                    st.responded = True
+                pos = end
+                continue
             if flags & h2.PADDED_OR_PRIORITY or not sid & 1:  # the usual HEADERS needs no other check
                 v = h2.check(ftype, flags, sid, buf[pos + 9 : end], from_server=True)
                 # only a frame `check` accepted has its fields: a padded one may lack even the pad length
@@ -72,7 +108,7 @@ def pump(conn: ConnectionState, data: bytes) -> None:
                 if flags & h2.END_HEADERS:
                     replacement = _block(conn, sid, flags, fragment)
                     if conn.closing:
-                        return
+                        return False
                     if replacement is not None:
                         if out_start < pos:
                             client.write(buf[out_start:pos])
@@ -100,7 +136,7 @@ def pump(conn: ConnectionState, data: bytes) -> None:
                     in_block = False
                     replacement = _block(conn, bsid, bflags, fragment_buf)
                     if conn.closing:
-                        return
+                        return False
                     if replacement is None:
                         client.write(bytes(raw))
                     elif replacement:
@@ -144,7 +180,7 @@ def pump(conn: ConnectionState, data: bytes) -> None:
             out_start = end
             if not v.stream_only:
                 peer_errors.connection_error(conn, Side.BACKEND, v)
-                return
+                return False
             peer_errors.stream_error(conn, Side.BACKEND, sid, v)
         pos = end
     if out_start == 0 and pos == n:
@@ -152,8 +188,7 @@ def pump(conn: ConnectionState, data: bytes) -> None:
     elif out_start < pos:
         client.write(buf[out_start:pos])
     conn.bbuf = buf[pos:] if pos < n else b""
-    if conn.done:
-        _report_done(conn)
+    return True
 
 
 def _block(conn: ConnectionState, sid: int, flags: int, fragment: bytes | bytearray | memoryview) -> bytes | None:
@@ -196,21 +231,34 @@ def _response_end(conn: ConnectionState, sid: int, headers: Sequence[Header] | N
         return
     if rst_code is not None:
         code = h2.RST_TO_GRPC.get(rst_code, GRPC_INTERNAL)
+    elif headers is not None and headers is conn.last_trailers[0]:
+        # the decoder's cached block (the runtime's usual OK trailers): the same status
+        code = conn.last_trailers[1]
     else:
-        code = GRPC_UNKNOWN
-        for name, value in headers or ():
-            if name == b"grpc-status":
-                try:
-                    code = int(value)
-                except ValueError:
-                    code = GRPC_UNKNOWN
-                break
+        code = _status(headers or ())
+        if headers is not None:
+            conn.last_trailers = (headers, code)
+    if st.kind is StreamKind.PASS:
+        st.closed = True
+        conn.done.append((st.path, StreamKind.PASS, None, code, time.perf_counter() - st.t0))
+        return
     # an EDIT call the runtime answered before taking all of the held-back request
     # (e.g. Unimplemented): nothing more goes to it
     flow_control.abandon(conn, st)
     message: bytes | None = None
-    if st.kind is not StreamKind.PASS and len(st.body) >= 5:
+    if len(st.body) >= 5:
         body = st.body
         message = bytes(body[5:]) if not body[0] & 1 else grpc_framing.observed_message(body, st.encoding)
     # metrics and post-call hooks wait until the response is on its way to kubelet
     conn.done.append((st.path, st.kind, message, code, time.perf_counter() - st.t0))
+
+
+def _status(headers: Sequence[Header]) -> int:
+    """The gRPC status code of a call's last header block (UNKNOWN without a readable `grpc-status`)."""
+    for name, value in headers:
+        if name == b"grpc-status":
+            try:
+                return int(value)
+            except ValueError:
+                return GRPC_UNKNOWN
+    return GRPC_UNKNOWN

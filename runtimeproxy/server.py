@@ -35,7 +35,7 @@ def make_dialer(config: ProxyConfig) -> Dialer:
     """Dials the runtime, retrying with backoff for up to backend_dial_timeout_s (containerd restarting)."""
     addr = grpc_server.parse_address(config.backend, field="backend")
 
-    async def connect(factory: Callable[[], asyncio.Protocol]) -> asyncio.Transport:
+    async def connect(factory: Callable[[], asyncio.BaseProtocol]) -> asyncio.Transport:
         loop = asyncio.get_running_loop()
         if addr.unix_path is not None:
             transport, _ = await loop.create_unix_connection(factory, addr.unix_path)
@@ -45,7 +45,7 @@ def make_dialer(config: ProxyConfig) -> Dialer:
             transport, _ = await loop.create_connection(factory, host, int(port))
         return transport
 
-    async def dial(factory: Callable[[], asyncio.Protocol]) -> asyncio.Transport:
+    async def dial(factory: Callable[[], asyncio.BaseProtocol]) -> asyncio.Transport:
         async for attempt in AsyncRetrying(
             stop=stop_after_delay(config.backend_dial_timeout_s),
             wait=wait_exponential(multiplier=0.05, max=1.0),
