@@ -8,11 +8,14 @@ Timeout when an event wait ends empty. So the agent's NVML code path is the
 production one; only the library underneath is replaced.
 
 Besides the NVML names it has a few `set_*`/`inject_*` methods that tests and
-the `--fake-nvml` mode use to change the machine while the agent runs.
+the `--fake-nvml` mode use to change the machine while the agent runs, and, for
+a script outside the agent process, a usage file (`USAGE_FILE_ENV`).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +25,11 @@ from typing import Any
 import pynvml
 
 from agent.fakenvml_inventory import GPUSpec, Inventory, ProcessSpec
+from agent.fakenvml_usage import USAGE_FILE_ENV, UsageFile
 from agent.mig_fakenvml import FakeMIGCalls
+
+_log = logging.getLogger(__name__)
+
 
 #: NVML reports Xid 79 when a GPU has fallen off the bus; after it every call on the GPU fails.
 XID_FALLEN_OFF_BUS = 79
@@ -70,8 +77,13 @@ class FakeNVML(FakeMIGCalls):
     The MIG management calls (GPU and compute instances, placements) are agent/mig_fakenvml.py's.
     """
 
-    def __init__(self, inventory: Inventory, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, inventory: Inventory, *, clock: Callable[[], float] = time.monotonic, usage_file: str | None = None
+    ) -> None:
         self._clock = clock
+        #: None: from USAGE_FILE_ENV ("" or unset: no usage file)
+        self._usage_file = os.environ.get(USAGE_FILE_ENV, "") if usage_file is None else usage_file
+        self._usage = UsageFile(self._usage_file)
         self._cond = threading.Condition()
         self._gpus: list[GPUSpec] = list(inventory.gpus)
         self._inventory = inventory
@@ -440,6 +452,8 @@ class FakeNVML(FakeMIGCalls):
 
     def _gpu(self, name: str, handle: FakeHandle) -> GPUSpec:
         self._checked(name)
+        if self._usage_file:
+            self._follow_usage_file()
         if not isinstance(handle, FakeHandle) or not 0 <= handle.gpu_index < len(self._gpus):
             raise _error("InvalidArgument")
         g = self._gpus[handle.gpu_index]
@@ -448,6 +462,10 @@ class FakeNVML(FakeMIGCalls):
         if handle.mig_index >= 0 and (not g.mig_enabled or handle.mig_index >= len(g.mig_instances)):
             raise _error("InvalidArgument")
         return g
+
+    def _follow_usage_file(self) -> None:
+        for index, used, processes in self._usage.changes(gpus=len(self._gpus)):
+            self.set_usage(index, memory_used_bytes=used, processes=processes)
 
 
 def _link_remotes(g: GPUSpec) -> list[str]:

@@ -7,6 +7,8 @@
 #   hack/local-up.sh --keep     # leave it running; prints grpcurl/fgpuctl commands
 #   hack/local-up.sh --down     # stop what --keep left running
 #   hack/local-up.sh --descheduler KUBECONFIG   # also fgpu-descheduler, dry-run (off by default)
+#   hack/local-up.sh --overcommit-demo          # instead: a Kubernetes-mode stack (API double) where a
+#                                                # burstable pod is admitted, then evicted (docs/overcommit.md)
 #   hack/local-up.sh --help     # the other options (work dir, inventory, isolation, --json)
 #
 # Needs root (containerd, runc). Installs what is missing: containerd, runc

@@ -110,9 +110,11 @@ def scheduler_config(
 
 def agent_argv(
     *, node: str, root: str, kubeconfig: str, inventory: str, hook_sock: str, verifying_dir: str,
-    metrics: str, isolation: str,
+    metrics: str, isolation: str, overcommit: str = "",
 ) -> list[str]:
-    """Writes the agent's config file under `root` (HAMi paths there, nothing in /usr); returns its argv."""
+    """Writes the agent's config file under `root` (HAMi paths there, nothing in /usr); returns its argv.
+
+    `overcommit`: the node pool's overcommit settings file (docs/overcommit.md); "" = none."""
     vgpu = os.path.join(root, "vgpu")
     os.makedirs(vgpu, exist_ok=True)
     for name in ("libvgpu.so", "ld.so.preload"):
@@ -130,6 +132,8 @@ def agent_argv(
         "admissionSweep": "5s",
         "admissionSweepGrace": "10s",
     }
+    if overcommit:
+        config["overcommit"] = overcommit
     path = os.path.join(root, "agent.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)

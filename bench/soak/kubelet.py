@@ -70,8 +70,13 @@ class SeenContainer:
 
 
 class NodeDriver:
-    def __init__(self, node: Node, api_url: str, *, on_running: Callable[[str, float], None], workers: int = 4) -> None:
+    def __init__(
+        self, node: Node, api_url: str, *, on_running: Callable[[str, float], None], workers: int = 4,
+        pod_cgroups: bool = False,
+    ) -> None:
+        """`pod_cgroups`: each pod in its own cgroup, as kubelet makes it (`podrun.start`)."""
         self.node = node
+        self._pod_cgroups = pod_cgroups
         self._client = Client(api_url, timeout_s=5.0)
         self._kubelet = cri.Kubelet(f"unix://{node.proxy_sock}", timeout_s=20.0)
         self._lister = sandboxes.SandboxLister(f"unix://{node.proxy_sock}")
@@ -217,7 +222,7 @@ class NodeDriver:
             self.strays_removed += self._remove_sandboxes(t)
         t.sandbox_asked = True
         t.run = podrun.start(self._kubelet, labeled, annotations=annotations, node=self.node.name,
-                             pods_dir=self.node.pods_dir)
+                             pods_dir=self.node.pods_dir, pod_cgroups=self._pod_cgroups)
         self._run(t)
 
     def _resume(self, t: Tracked) -> None:

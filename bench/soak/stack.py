@@ -108,8 +108,12 @@ def write_lost_inventory(node: Node, minor: int) -> str:
 class SoakStack:
     def __init__(
         self, *, root: str, repo: str, nodes: int, lease_s: float, isolation: str = "hami-core",
-        inventories: tuple[str, ...] = DEFAULT_INVENTORIES,
+        inventories: tuple[str, ...] = DEFAULT_INVENTORIES, schedulers: int = 2, overcommit: str = "",
+        agent_env: dict[str, str] | None = None,
     ) -> None:
+        """`inventories`: names under examples/inventories/ (or paths), one per node in turn;
+        `overcommit`: every agent's overcommit settings file ("" = none); `agent_env`: added to the agents'
+        environment."""
         self.root = root
         self.repo = repo
         self.lease_s = lease_s
@@ -121,6 +125,9 @@ class SoakStack:
         self.scheduler_metrics: list[str] = []
         self._n = nodes
         self._inventories = inventories
+        self._schedulers = schedulers
+        self._overcommit = overcommit
+        self._agent_env = dict(agent_env or {})
         self.keys: adapter.Keys | None = None
 
     @property
@@ -138,7 +145,7 @@ class SoakStack:
         client = Client(self.api.url)
         for i in range(self._n):
             self._add_node(i, client)
-        for i in range(2):
+        for i in range(self._schedulers):
             self._add_scheduler(i)
         for node in self.nodes:
             hook, admin = f"unix://{node.hook_sock}", f"unix://{node.admin_sock}"
@@ -178,9 +185,10 @@ class SoakStack:
         node.agent_argv = adapter.agent_argv(
             node=name, root=root, kubeconfig=self.api.kubeconfig_path, inventory=inventory,
             hook_sock=node.hook_sock, verifying_dir=self.keys.verifying_dir, metrics=metrics,
-            isolation=self.isolation,
+            isolation=self.isolation, overcommit=self._overcommit,
         )
-        node.agent = Daemon(f"agent-{name}", node.agent_argv, log_path=self._log(f"agent-{name}"), cwd=root)
+        node.agent = Daemon(f"agent-{name}", node.agent_argv, log_path=self._log(f"agent-{name}"), cwd=root,
+                            env=self._agent_env)
         node.agent.start()
         hooks = os.path.join(root, "hooks.d")
         adapter.write_hook_registration(repo=self.repo, hooks_dir=hooks, agent_sock=node.hook_sock)

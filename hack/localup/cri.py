@@ -284,16 +284,29 @@ def sandbox_config(
     labels: Mapping[str, str],
     annotations: Mapping[str, str],
     log_directory: str,
+    cgroup_parent: str = "",
 ) -> Any:
-    """The sandbox config kubelet would send, in the host network (there is no CNI here)."""
+    """The sandbox config kubelet would send, in the host network (there is no CNI here).
+
+    `cgroup_parent`: the pod's cgroup, as kubelet gives it (`pod_cgroup`); "" leaves the runtime's default,
+    whose path names no pod."""
     node = M["NamespaceOption"](network=NAMESPACE_NODE)
     return M["PodSandboxConfig"](
         metadata=M["PodSandboxMetadata"](name=name, namespace=namespace, uid=uid, attempt=0),
         log_directory=log_directory,
         labels={**labels, POD_NAME_LABEL: name, POD_NAMESPACE_LABEL: namespace, POD_UID_LABEL: uid},
         annotations=dict(annotations),
-        linux=M["LinuxPodSandboxConfig"](security_context=M["LinuxSandboxSecurityContext"](namespace_options=node)),
+        linux=M["LinuxPodSandboxConfig"](
+            cgroup_parent=cgroup_parent,
+            security_context=M["LinuxSandboxSecurityContext"](namespace_options=node),
+        ),
     )
+
+
+def pod_cgroup(uid: str) -> str:
+    """The cgroup kubelet (cgroupfs driver) makes for a Burstable-QoS pod; the node agent maps a process
+    to its pod by the `pod<uid>` in it (agent/cgroups.py)."""
+    return f"/kubepods/burstable/pod{uid}"
 
 
 def container_config(

@@ -27,7 +27,7 @@ import yaml
 from agent.isolation import registry as isolation_registry
 from apis import names
 from apis.request import RequestError, parse_pod
-from hack.localup import cri, podrun, report
+from hack.localup import cri, overcommit_demo, overcommit_report, podrun, report
 from hack.localup.placing import BindNotRecorded, Placement, SchedulerClient
 from hack.localup.report import PodOutcome, Status
 from hack.localup.stack import NODE_NAME, Paths, Settings, Stack, StackError, teardown
@@ -56,7 +56,34 @@ def build_parser(repo: str) -> argparse.ArgumentParser:
         help="also run fgpu-descheduler (dry-run) against this cluster's API; off by default "
         "(the stack has no API server: `python -m tests.kubeapi` serves one, docs/defrag.md)",
     )
+    p.add_argument(
+        "--overcommit-demo", action="store_true",
+        help="instead: a burstable pod admitted beyond the guaranteed capacity, then evicted under scripted GPU "
+        "memory pressure, on a Kubernetes-mode stack (API double, scheduler, agent, proxy; docs/overcommit.md)",
+    )
     return p
+
+
+def overcommit(workdir: str, repo: str, *, json_path: str | None, out: Callable[[str], None]) -> int:
+    """`--overcommit-demo`: hack/localup/overcommit_demo.py, then its table."""
+    started = time.monotonic()
+    try:
+        outcome, _ = overcommit_demo.run(workdir=workdir, repo=repo, out=out)
+    except KeyboardInterrupt:
+        out("\ninterrupted; stopped everything")
+        return 130
+    if outcome is None:
+        return 1
+    out("")
+    out(overcommit_report.table(outcome.pods))
+    out("")
+    out(overcommit_report.summary(outcome))
+    if json_path:
+        with open(json_path, "w") as f:
+            f.write(overcommit_report.to_json(outcome) + "\n")
+    out("")
+    out(f"==> done in {time.monotonic() - started:.1f}s")
+    return 1 if outcome.problems else 0
 
 
 def load_pods(directory: str) -> list[dict[str, Any]]:
@@ -177,10 +204,15 @@ def main(argv: list[str] | None = None, *, out: Callable[[str], None] = _print) 
     if os.geteuid() != 0:
         out("hack/local-up.sh needs root: containerd and runc create namespaces and mounts")
         return 2
-    pods = load_pods(args.pods)
     # SIGTERM and SIGHUP take the same way out as Ctrl-C: the finally below.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
+    if args.overcommit_demo:
+        if args.keep or args.descheduler:
+            out("--overcommit-demo runs on its own stack and stops it at the end; drop --keep and --descheduler")
+            return 2
+        return overcommit(workdir, repo, json_path=args.json, out=out)
+    pods = load_pods(args.pods)
     started = time.monotonic()
     teardown(workdir)  # whatever an earlier run left behind
     stack = Stack(Paths(workdir), Settings(

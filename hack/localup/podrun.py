@@ -108,9 +108,13 @@ class PodRun:
 
 
 def start(
-    kubelet: cri.Kubelet, pod: Mapping[str, Any], *, annotations: Mapping[str, str], node: str, pods_dir: str
+    kubelet: cri.Kubelet, pod: Mapping[str, Any], *, annotations: Mapping[str, str], node: str, pods_dir: str,
+    pod_cgroups: bool = False,
 ) -> PodRun:
-    """RunPodSandbox for a prepared pod with `annotations` (the pod's own plus the scheduler's)."""
+    """RunPodSandbox for a prepared pod with `annotations` (the pod's own plus the scheduler's).
+
+    `pod_cgroups`: in the pod's own cgroup (`cri.pod_cgroup`), as kubelet puts it, so the agent can map
+    its processes to it; off, the runtime's default (no cgroups left behind to remove)."""
     meta = pod["metadata"]
     log_dir = os.path.join(pods_dir, f"{meta['namespace']}_{meta['name']}_{meta['uid']}")
     os.makedirs(log_dir, exist_ok=True)
@@ -121,6 +125,7 @@ def start(
         labels=meta.get("labels") or {},
         annotations=annotations,
         log_directory=log_dir,
+        cgroup_parent=cri.pod_cgroup(str(meta["uid"])) if pod_cgroups else "",
     )
     run = PodRun(pod=dict(pod), node=node, sandbox_config=config)
     run.sandbox_id = kubelet.run_pod_sandbox(config)

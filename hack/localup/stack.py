@@ -18,7 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,11 +127,15 @@ class Settings:
 class Daemon:
     """One of our processes, logging to a file, in its own process group."""
 
-    def __init__(self, name: str, argv: Sequence[str], *, log_path: str, cwd: str) -> None:
+    def __init__(
+        self, name: str, argv: Sequence[str], *, log_path: str, cwd: str, env: Mapping[str, str] | None = None
+    ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         self._cwd = cwd
+        #: added to this process's environment
+        self.env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -142,6 +146,7 @@ class Daemon:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=self._cwd,
+                env={**os.environ, **self.env} if self.env else None,
                 start_new_session=True,
             )
 
