@@ -9,8 +9,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.localup.test_local_up import SCRIPT, leftovers, local_up, pytestmark  # noqa: F401  (the same marks)
 from tests.localup.manifests import REPO
+from tests.localup.test_local_up import SCRIPT, leftovers, local_up, pytestmark  # noqa: F401  (the same marks)
 
 INVENTORY = REPO / "examples" / "inventories" / "a100-2x-mig-dynamic.yaml"
 OPERATORS = "MIG-0c7e4d1a-2b3c-4d5e-8f60-718293a4b5c6"
