@@ -23,11 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fgpuctl.live_snapshot import LiveSnapshot
+    from scheduler_plugin.sim.defrag import Plan
+    from scheduler_plugin.sim.trace import TracePod
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,18 +125,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_defrag(snapshot, pending=pending, max_moves=args.max_moves, policy=args.policy)
     if args.json:
         print(
-            json.dumps(
-                {
-                    "pending": {"gpus": pending.num_gpu, "gpu_milli": pending.gpu_milli, "cpu_milli": pending.cpu_milli,
-                                "memory_mib": pending.memory_mib, "models": list(pending.gpu_spec)},
-                    "moves": [{"pod": m.pod, "from": m.from_node, "to": m.to_node, "gpus": list(m.gpus)} for m in plan.moves],
-                    "opened": list(plan.opened),
-                    "before": vars(plan.before),
-                    "after": vars(plan.after),
-                    "skipped": list(plan.skipped),
-                    "notes": list(notes),
-                }
-            )
+            json.dumps(plan_document(pending, plan, notes))
         )
         return 0
     for note in notes:
@@ -179,3 +171,17 @@ def _live(args: argparse.Namespace) -> LiveSnapshot | str:
         return str(exc)
     except Exception as exc:  # an unreachable or refusing API server: one line for the operator, not a traceback
         return f"--kubeconfig={args.kubeconfig}: {exc}"
+
+
+def plan_document(pending: TracePod, plan: Plan, notes: Sequence[str]) -> dict[str, Any]:
+    """`fgpuctl defrag-plan --json`'s document; the web view shows the same."""
+    return {
+        "pending": {"gpus": pending.num_gpu, "gpu_milli": pending.gpu_milli, "cpu_milli": pending.cpu_milli,
+                    "memory_mib": pending.memory_mib, "models": list(pending.gpu_spec)},
+        "moves": [{"pod": m.pod, "from": m.from_node, "to": m.to_node, "gpus": list(m.gpus)} for m in plan.moves],
+        "opened": list(plan.opened),
+        "before": vars(plan.before),
+        "after": vars(plan.after),
+        "skipped": list(plan.skipped),
+        "notes": list(notes),
+    }

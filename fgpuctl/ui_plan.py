@@ -52,16 +52,9 @@ def plan_json(planning: Planning, shape: DefragShape) -> JSON:
 
     pending = TracePod(name="pending", cpu_milli=0, memory_mib=0, num_gpu=shape.gpus, gpu_milli=shape.gpu_milli)
     plan = plan_defrag(planning.snapshot, pending=pending, max_moves=shape.max_moves, policy=shape.policy)
-    return {
-        "pending": {"gpus": pending.num_gpu, "gpu_milli": pending.gpu_milli, "cpu_milli": pending.cpu_milli,
-                    "memory_mib": pending.memory_mib, "models": list(pending.gpu_spec)},
-        "moves": [{"pod": m.pod, "from": m.from_node, "to": m.to_node, "gpus": list(m.gpus)} for m in plan.moves],
-        "opened": list(plan.opened),
-        "before": vars(plan.before),
-        "after": vars(plan.after),
-        "skipped": list(plan.skipped),
-        "notes": list(planning.notes),
-    }
+    from fgpuctl.defrag import plan_document
+
+    return plan_document(pending, plan, planning.notes)
 
 
 class PlanRunner:
