@@ -13,6 +13,7 @@ import os
 import yaml
 
 from agent.fakenvml_inventory import InventoryError, ProcessSpec, _bytes, _int, _mapping, _process
+from apis import names
 
 _log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ UsageEntry = tuple[int, int | None, tuple[ProcessSpec, ...] | None]
 #:     - {gpu: 0, memoryUsed: 77Gi, processes: [{pid: 4242, usedMemory: 27Gi}]}
 #:
 #: A file that does not read is logged and changes nothing (the fake must not take the agent down).
-USAGE_FILE_ENV = "FGPU_FAKE_NVML_USAGE"
+USAGE_FILE_ENV = names.FAKE_NVML_USAGE_ENV
 
 
 def load_usage(path: str, *, gpus: int) -> list[UsageEntry]:

@@ -297,3 +297,10 @@ METRIC_DEFRAG_WAITED_GPU_SECONDS: Final = "fgpu_defrag_made_room_waited_gpu_seco
 #: Nodes the consolidation mode emptied of GPU pods.
 METRIC_DEFRAG_NODES_EMPTIED: Final = "fgpu_defrag_nodes_emptied_total"
 METRIC_DEFRAG_ABORTED: Final = "fgpu_defrag_aborted_total"
+
+# --- Test doubles --------------------------------------------------------------------------------
+
+#: Environment variable naming a YAML usage file the fake NVML (agent/fakenvml_usage.py) follows while
+#: it runs, so a script outside the agent process can change what NVML reports (hack/localup's
+#: overcommit demo). Never read by the real NVML path.
+FAKE_NVML_USAGE_ENV: Final = "FGPU_FAKE_NVML_USAGE"
