@@ -34,12 +34,13 @@ from dataclasses import dataclass, field
 from agent.admissions import GPUHeld, Hold
 from agent.isolation import burst, registry
 from agent.isolation.container import edits_for, void_edits
-from agent.isolation.edits import ContainerEdits, VisibleGPU
+from agent.isolation.edits import VisibleGPU
 from agent.isolation.registry import IsolationPaths
 from agent.mig_manager import Want
 from agent.pci_address import sysfs_bus_id
 from apis import names
 from apis.allocation import Allocation, AllocationError, GPUShare, decode_allocation, share_memory_bytes
+from apis.container_edits import ContainerEdits
 from apis.devices import GPUInfo, NodeDevices
 from apis.mig import MIGProfile
 from apis.signing import SignatureError, VerifyingKeys, verified_annotation
@@ -65,6 +66,8 @@ class HookDecision:
 
     edits: ContainerEdits | None = None
     rejection: str = ""
+    #: Host directories the hook server makes before it answers with `edits`.
+    host_dirs: tuple[str, ...] = ()
     #: The verified allocation, for logs and metrics.
     allocation: Allocation | None = None
     #: What the pod holds once admitted (GPU UUIDs resolved), for the admission ledger.
@@ -262,7 +265,7 @@ def decide(
         return HookDecision(allocation=allocation, holds=tuple(holds), mig_needed=tuple(needed))
     if not visible:
         # A sidecar, or an init container, that asked for no GPU itself.
-        return HookDecision(edits=void_edits(), allocation=allocation, holds=tuple(holds))
+        return HookDecision(edits=void_edits().edits, allocation=allocation, holds=tuple(holds))
     # CUDA ordinals follow PCI bus order (the hook sets CUDA_DEVICE_ORDER=PCI_BUS_ID), so the
     # per-GPU limits must be listed in that order too.
     ordered = [v for _, v in sorted(visible, key=lambda kv: kv[0])]
@@ -279,7 +282,7 @@ def decide(
     refused = burst.refusal(ordered, isolation=settings.isolation)
     if refused:
         return HookDecision(rejection=f"{who}: {refused}")
-    edits = edits_for(
+    given = edits_for(
         ordered,
         isolation=settings.isolation,
         paths=settings.paths,
@@ -287,7 +290,7 @@ def decide(
         container_name=request.container_name,
         request_env=request.env_names,
     )
-    return HookDecision(edits=edits, allocation=allocation, holds=tuple(holds))
+    return HookDecision(edits=given.edits, host_dirs=given.host_dirs, allocation=allocation, holds=tuple(holds))
 
 
 def holds_of(allocation: Allocation, devices: NodeDevices) -> tuple[Hold, ...]:

@@ -31,11 +31,10 @@ import grpc
 from agent.admissions import AdmissionLedger, GPUHeld, Hold
 from agent.hook import NO_ANSWER, HookDecision, HookRequest, HookSettings, decide
 from agent.isolation import registry
-from agent.isolation.edits import CgroupResources, ContainerEdits
 from agent.metrics import AgentMetrics
 from agent.mig_lifecycle import MIGLifecycle
 from agent.mig_manager import Want
-from apis import names
+from apis import container_edits, names
 from apis.allocation import lists_gpus
 from apis.devices import NodeDevices
 from apis.fgpu.v1 import hooks_pb2, hooks_pb2_grpc
@@ -266,7 +265,7 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
         if decision.edits is None:
             self._metrics.hook_decisions.labels("none").inc()
             return hooks_pb2.HookResponse()
-        for path in decision.edits.host_dirs:
+        for path in decision.host_dirs:
             try:
                 make_shared_dir(path)
             except OSError as err:
@@ -274,44 +273,7 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
                 self._metrics.hook_decisions.labels("rejected").inc()
                 return hooks_pb2.HookResponse(rejection=hooks_pb2.Rejection(reason=reason))
         self._metrics.hook_decisions.labels("admitted").inc()
-        return response_for(decision.edits)
-
-
-def response_for(edits: ContainerEdits) -> hooks_pb2.HookResponse:
-    """Each kind of edit onto the protocol's field for it (proto/fgpu/v1/hooks.proto)."""
-    return hooks_pb2.HookResponse(
-        set_envs=[hooks_pb2.KeyValue(key=k, value=v) for k, v in edits.envs],
-        unset_envs=list(edits.unset_envs),
-        add_mounts=[
-            hooks_pb2.Mount(
-                container_path=m.container_path, host_path=m.host_path, readonly=m.readonly,
-                selinux_relabel=m.selinux_relabel,
-                propagation=f"PROPAGATION_{m.propagation.name}",
-            )
-            for m in edits.mounts
-        ],
-        add_devices=[
-            hooks_pb2.Device(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
-            for d in edits.devices
-        ],
-        add_cdi_devices=list(edits.cdi_devices),
-        set_annotations=dict(edits.set_annotations),
-        remove_annotations=list(edits.remove_annotations),
-        resources=None if edits.resources.is_empty() else _resources(edits.resources),
-    )
-
-
-def _resources(r: CgroupResources) -> hooks_pb2.LinuxResources:
-    # Only the fields the backend sets: the proto's optional fields keep "unset" apart from 0.
-    fields = {
-        name: getattr(r, name)
-        for name in (
-            "cpu_period", "cpu_quota", "cpu_shares", "memory_limit_in_bytes", "oom_score_adj",
-            "cpuset_cpus", "cpuset_mems", "memory_swap_limit_in_bytes",
-        )
-        if getattr(r, name) is not None
-    }
-    return hooks_pb2.LinuxResources(unified=dict(r.unified), **fields)
+        return container_edits.to_proto(decision.edits)
 
 
 def make_shared_dir(path: str) -> None:

@@ -35,10 +35,10 @@ from typing import Any, Generic, Protocol, TypeVar
 from google.protobuf.message import Message
 
 from apis import names
+from apis.container_edits import ContainerEdits
 from apis.cri.v1 import runtime_partial_pb2 as cri
 from runtimeproxy import crimsg
 from runtimeproxy.calls import StreamKind
-from runtimeproxy.edits import Edits
 from runtimeproxy.stages import RUNTIME_HOOKS, Stage, Stages
 from runtimeproxy.verdicts import PodFacts
 
@@ -149,7 +149,7 @@ class CallSpec(Generic[R]):
     stage: Stage | None
     pod: PodFinder[R]
     build: Callable[[R, Subject], Message] | None = None
-    apply: Callable[[R, Edits], None] | None = None
+    apply: Callable[[R, ContainerEdits], None] | None = None
     gpu_container: Callable[[R], cri.ContainerConfig] | None = None
     service: str = names.CRI_RUNTIME_SERVICE
 

@@ -1,7 +1,8 @@
 """Adapter between the CRI messages (partial schema), the RuntimeHooks messages and the edit values.
 
 The codec pairs of the intercepted calls (`cri_calls`): `*_to_hook` builds a
-hook request from a CRI request, `apply_*_edits` applies a hook's answer to it.
+hook request from a CRI request, `apply_*_edits` applies a hook's answer (read by
+`apis.container_edits.from_proto`) to it.
 
 Edits are applied to the decoded CRI message in place: entries the hooks do
 not touch stay the very same protobuf entries, so their unknown fields (from
@@ -14,22 +15,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from apis import names
+from apis.container_edits import RESOURCE_FIELDS, CgroupResources, ContainerEdits
 from apis.cri.v1 import runtime_partial_pb2 as cri
 from apis.fgpu.v1 import hooks_pb2
-from runtimeproxy.edits import (
-    DeviceEdit,
-    Edits,
-    MountEdit,
-    ResourceEdit,
-    merge_annotations,
-    merge_by_key,
-    merge_env,
-    merge_names,
-)
+from runtimeproxy.edits import merge_annotations, merge_by_key, merge_env, merge_names
 from runtimeproxy.verdicts import PodFacts
-
-_RESOURCE_INTS = ("cpu_period", "cpu_quota", "cpu_shares", "memory_limit_in_bytes", "oom_score_adj", "memory_swap_limit_in_bytes")
-_RESOURCE_STRS = ("cpuset_cpus", "cpuset_mems")
 
 
 def pod_facts(metadata: Any, labels: Any, annotations: Any) -> PodFacts:
@@ -69,7 +59,7 @@ def pod_meta_from_status(status: cri.PodSandboxStatus) -> hooks_pb2.PodSandboxMe
 
 def resources_to_hook(res: cri.LinuxContainerResources) -> hooks_pb2.LinuxResources:
     out = hooks_pb2.LinuxResources(unified=dict(res.unified))
-    for name in (*_RESOURCE_INTS, *_RESOURCE_STRS):
+    for name in RESOURCE_FIELDS:
         value = getattr(res, name)
         if value:
             setattr(out, name, value)
@@ -125,33 +115,6 @@ def container_to_hook(
     )
 
 
-def edits_from_response(resp: hooks_pb2.HookResponse) -> Edits:
-    res = resp.resources
-    resources = ResourceEdit(
-        **{name: getattr(res, name) if res.HasField(name) else None for name in (*_RESOURCE_INTS, *_RESOURCE_STRS)},
-        unified=dict(res.unified),
-    )
-    return Edits(
-        set_envs=tuple((kv.key, kv.value) for kv in resp.set_envs),
-        unset_envs=tuple(resp.unset_envs),
-        add_mounts=tuple(
-            MountEdit(
-                container_path=m.container_path, host_path=m.host_path, readonly=m.readonly,
-                selinux_relabel=m.selinux_relabel, propagation=int(m.propagation),
-            )
-            for m in resp.add_mounts
-        ),
-        add_devices=tuple(
-            DeviceEdit(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions or "rw")
-            for d in resp.add_devices
-        ),
-        add_cdi_devices=tuple(resp.add_cdi_devices),
-        set_annotations=tuple(sorted(resp.set_annotations.items())),
-        remove_annotations=tuple(resp.remove_annotations),
-        resources=resources,
-    )
-
-
 def _copies(items: Iterable[Any]) -> list[Any]:
     out = []
     for item in items:
@@ -174,27 +137,27 @@ def set_env(config: cri.ContainerConfig, set_envs: tuple[tuple[str, str], ...], 
     _replace(config.envs, [kv for _, kv in merged])
 
 
-def apply_container_edits(config: cri.ContainerConfig, edits: Edits) -> None:
-    if edits.set_envs or edits.unset_envs:
-        set_env(config, edits.set_envs, edits.unset_envs)
-    if edits.add_mounts:
+def apply_container_edits(config: cri.ContainerConfig, edits: ContainerEdits) -> None:
+    if edits.envs or edits.unset_envs:
+        set_env(config, edits.envs, edits.unset_envs)
+    if edits.mounts:
         added = [
             cri.Mount(
                 container_path=m.container_path, host_path=m.host_path, readonly=m.readonly,
-                selinux_relabel=m.selinux_relabel, propagation=m.propagation,  # type: ignore[arg-type]
+                selinux_relabel=m.selinux_relabel, propagation=m.propagation.value,  # type: ignore[arg-type]
             )
-            for m in edits.add_mounts
+            for m in edits.mounts
         ]
         _replace(config.mounts, merge_by_key(list(config.mounts), added, key=lambda m: m.container_path))
-    if edits.add_devices:
+    if edits.devices:
         added_devices = [
             cri.Device(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
-            for d in edits.add_devices
+            for d in edits.devices
         ]
         _replace(config.devices, merge_by_key(list(config.devices), added_devices, key=lambda d: d.container_path))
-    if edits.add_cdi_devices:
+    if edits.cdi_devices:
         existing = {d.name: d for d in config.CDI_devices}
-        merged = merge_names([d.name for d in config.CDI_devices], list(edits.add_cdi_devices))
+        merged = merge_names([d.name for d in config.CDI_devices], list(edits.cdi_devices))
         _replace(config.CDI_devices, [existing.get(n) or cri.CDIDevice(name=n) for n in merged])
     if edits.set_annotations or edits.remove_annotations:
         _apply_annotations(config.annotations, edits)
@@ -202,28 +165,28 @@ def apply_container_edits(config: cri.ContainerConfig, edits: Edits) -> None:
         apply_resources(config.linux.resources, edits.resources)
 
 
-def _apply_annotations(target: Any, edits: Edits) -> None:
+def _apply_annotations(target: Any, edits: ContainerEdits) -> None:
     merged = merge_annotations(dict(target), set_annotations=edits.set_annotations, remove=set(edits.remove_annotations))
     target.clear()
     target.update(merged)
 
 
-def apply_sandbox_edits(config: cri.PodSandboxConfig, edits: Edits) -> None:
+def apply_sandbox_edits(config: cri.PodSandboxConfig, edits: ContainerEdits) -> None:
     if edits.set_annotations or edits.remove_annotations:
         _apply_annotations(config.annotations, edits)
     if not edits.resources.is_empty():
         apply_resources(config.linux.resources, edits.resources)
 
 
-def apply_update_edits(req: cri.UpdateContainerResourcesRequest, edits: Edits) -> None:
+def apply_update_edits(req: cri.UpdateContainerResourcesRequest, edits: ContainerEdits) -> None:
     if edits.set_annotations or edits.remove_annotations:
         _apply_annotations(req.annotations, edits)
     if not edits.resources.is_empty():
         apply_resources(req.linux, edits.resources)
 
 
-def apply_resources(target: cri.LinuxContainerResources, edit: ResourceEdit) -> None:
-    for name in (*_RESOURCE_INTS, *_RESOURCE_STRS):
+def apply_resources(target: cri.LinuxContainerResources, edit: CgroupResources) -> None:
+    for name in RESOURCE_FIELDS:
         value = getattr(edit, name)
         if value is not None:
             setattr(target, name, value)

@@ -1,7 +1,8 @@
-"""Hook edits as values, and the pure rules for merging them into a container's settings.
+"""The pure rules for merging hook edits into a container's settings, and their counts for metrics.
 
-A hook never hands back a whole list: it says which variables to set or
-unset, which mounts and devices to add. These functions merge such edits into
+A hook never hands back a whole list (`apis.container_edits.ContainerEdits`, read from its
+answer): it says which variables to set or unset, which mounts and devices to add. These
+functions merge such edits into
 what the request already holds, keeping everything else (and its order).
 They are generic over the item type so the CRI adapter can merge its own
 protobuf entries (whose unknown fields must survive) with the same rules the
@@ -11,80 +12,24 @@ tests check on plain values.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TypeVar
+
+from apis.container_edits import ContainerEdits
 
 T = TypeVar("T")
 V = TypeVar("V")
 
 
-@dataclass(frozen=True)
-class MountEdit:
-    container_path: str
-    host_path: str
-    readonly: bool = False
-    selinux_relabel: bool = False
-    #: CRI MountPropagation number: 0 private, 1 host-to-container, 2 bidirectional
-    propagation: int = 0
-
-
-@dataclass(frozen=True)
-class DeviceEdit:
-    container_path: str
-    host_path: str
-    permissions: str = "rw"
-
-
-@dataclass(frozen=True)
-class ResourceEdit:
-    """Linux resource fields a hook overrides; None keeps the request's value."""
-
-    cpu_period: int | None = None
-    cpu_quota: int | None = None
-    cpu_shares: int | None = None
-    memory_limit_in_bytes: int | None = None
-    oom_score_adj: int | None = None
-    cpuset_cpus: str | None = None
-    cpuset_mems: str | None = None
-    memory_swap_limit_in_bytes: int | None = None
-    unified: Mapping[str, str] = field(default_factory=dict)
-
-    def is_empty(self) -> bool:
-        return not self.unified and all(
-            getattr(self, name) is None
-            for name in (
-                "cpu_period", "cpu_quota", "cpu_shares", "memory_limit_in_bytes", "oom_score_adj",
-                "cpuset_cpus", "cpuset_mems", "memory_swap_limit_in_bytes",
-            )
-        )
-
-
-@dataclass(frozen=True)
-class Edits:
-    """One hook server's answer, as values."""
-
-    set_envs: tuple[tuple[str, str], ...] = ()
-    unset_envs: tuple[str, ...] = ()
-    add_mounts: tuple[MountEdit, ...] = ()
-    add_devices: tuple[DeviceEdit, ...] = ()
-    add_cdi_devices: tuple[str, ...] = ()
-    set_annotations: tuple[tuple[str, str], ...] = ()
-    remove_annotations: tuple[str, ...] = ()
-    resources: ResourceEdit = field(default_factory=ResourceEdit)
-
-    def counts(self) -> dict[str, int]:
-        """Edits by kind, for metrics: env, mount, device, cdi, annotation, resources."""
-        return {
-            "env": len(self.set_envs) + len(self.unset_envs),
-            "mount": len(self.add_mounts),
-            "device": len(self.add_devices),
-            "cdi": len(self.add_cdi_devices),
-            "annotation": len(self.set_annotations) + len(self.remove_annotations),
-            "resources": 0 if self.resources.is_empty() else 1,
-        }
-
-    def sets_env(self, name: str) -> bool:
-        return any(key == name for key, _ in self.set_envs)
+def counts(edits: ContainerEdits) -> dict[str, int]:
+    """Edits by kind, for metrics: env, mount, device, cdi, annotation, resources."""
+    return {
+        "env": len(edits.envs) + len(edits.unset_envs),
+        "mount": len(edits.mounts),
+        "device": len(edits.devices),
+        "cdi": len(edits.cdi_devices),
+        "annotation": len(edits.set_annotations) + len(edits.remove_annotations),
+        "resources": 0 if edits.resources.is_empty() else 1,
+    }
 
 
 def merge_env(

@@ -26,11 +26,11 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from apis import names
-from runtimeproxy import cri_calls, crimsg, verdicts
+from apis import container_edits, names
+from apis.container_edits import ContainerEdits, EditsError
+from runtimeproxy import cri_calls, crimsg, edits, verdicts
 from runtimeproxy.call_specs import CallSpec, CallSpecs, Runtime, Subject
 from runtimeproxy.calls import Forward, Refuse, StreamKind
-from runtimeproxy.edits import Edits
 from runtimeproxy.errors import HookCallError, RuntimeLookupError, grpc_code
 from runtimeproxy.hookclient import HookClient
 from runtimeproxy.hookconfig import HookRegistry, HookServer
@@ -141,7 +141,7 @@ class HookedCalls:
         shown: dict[str, Any] = {"allocation": allocation} if gpu is not None else {}
         servers = self.registry.servers(stage)
         outcomes = await self._call_hooks(
-            stage, servers, lambda: build(req, subject), lambda edits: apply(req, edits), allocation=allocation
+            stage, servers, lambda: build(req, subject), lambda answer: apply(req, answer), allocation=allocation
         )
         judgement = verdicts.judge(stage, outcomes=outcomes, registered=len(servers), allocation=allocation)
         if judgement.refusal is not None:
@@ -167,7 +167,7 @@ class HookedCalls:
         stage: Stage,
         servers: tuple[HookServer, ...],
         build: Callable[[], Message],
-        apply: Callable[[Edits], None],
+        apply: Callable[[ContainerEdits], None],
         *,
         allocation: bool,
     ) -> list[HookOutcome]:
@@ -192,18 +192,21 @@ class HookedCalls:
                 server=server.name, policy=server.failure_policy, kind=OutcomeKind.REJECTED,
                 detail=response.rejection.reason,
             )
-        return HookOutcome(
-            server=server.name, policy=server.failure_policy, kind=OutcomeKind.EDITS,
-            edits=crimsg.edits_from_response(response),
-        )
+        try:
+            answered = container_edits.from_proto(response)
+        except EditsError as exc:  # the hook's failure policy decides, as for a call that failed
+            return HookOutcome(
+                server=server.name, policy=server.failure_policy, kind=OutcomeKind.FAILED, detail=f"bad answer: {exc}"
+            )
+        return HookOutcome(server=server.name, policy=server.failure_policy, kind=OutcomeKind.EDITS, edits=answered)
 
     def _refuse(self, spec: CallSpec[Any], reason: str, code: int, message: str) -> Refuse:
         self.metrics.refused.labels(spec.method, reason).inc()
         return Refuse(code, message)
 
-    def _count(self, edits: tuple[Edits, ...]) -> None:
-        for e in edits:
-            for kind, n in e.counts().items():
+    def _count(self, answers: tuple[ContainerEdits, ...]) -> None:
+        for e in answers:
+            for kind, n in edits.counts(e).items():
                 if n:
                     self.metrics.edits.labels(kind).inc(n)
 

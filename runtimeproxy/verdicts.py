@@ -29,7 +29,7 @@ import grpc
 
 from apis import names
 from apis.allocation import lists_gpus
-from runtimeproxy.edits import Edits
+from apis.container_edits import ContainerEdits
 from runtimeproxy.errors import grpc_code
 from runtimeproxy.hookconfig import FailurePolicy
 from runtimeproxy.stages import Stage
@@ -80,7 +80,7 @@ class HookOutcome:
     server: str
     policy: FailurePolicy
     kind: OutcomeKind
-    edits: Edits = field(default_factory=Edits)
+    edits: ContainerEdits = field(default_factory=ContainerEdits)
     #: the rejection reason or the failure
     detail: str = ""
 
@@ -89,7 +89,7 @@ class HookOutcome:
 class Judgement:
     """Go on with `edits` (in order), or refuse with `code` and `refusal`."""
 
-    edits: tuple[Edits, ...] = ()
+    edits: tuple[ContainerEdits, ...] = ()
     refusal: str | None = None
     code: int = 0
     #: failures that were skipped (Ignore policy), for logs
@@ -121,7 +121,7 @@ def judge(
             ),
             code=grpc_code(grpc.StatusCode.UNAVAILABLE),
         )
-    edits: list[Edits] = []
+    edits: list[ContainerEdits] = []
     ignored: list[str] = []
     for outcome in outcomes:
         if outcome.kind is OutcomeKind.EDITS:
@@ -152,7 +152,7 @@ def judge(
             )
         else:
             ignored.append(f"{outcome.server}: {outcome.detail}")
-    if gpu_gate and complete and not (hooks_set_visible_devices(edits) or any(e.add_cdi_devices for e in edits)):
+    if gpu_gate and complete and not (hooks_set_visible_devices(edits) or any(e.cdi_devices for e in edits)):
         # Every hook answered, yet none gave the container its GPUs: creating it would
         # run a pod the scheduler gave GPUs to with `void` (or the image's `all`).
         return Judgement(
@@ -167,7 +167,7 @@ def judge(
     return Judgement(edits=tuple(edits) if pre else (), ignored=tuple(ignored))
 
 
-def hooks_set_visible_devices(edits: Sequence[Edits]) -> bool:
+def hooks_set_visible_devices(edits: Sequence[ContainerEdits]) -> bool:
     """Whether NVIDIA_VISIBLE_DEVICES, after every hook's edits in order, is a value a hook set.
 
     A later hook's unset undoes an earlier hook's set; left unset, containerd would fall back
@@ -182,6 +182,6 @@ def hooks_set_visible_devices(edits: Sequence[Edits]) -> bool:
     return present
 
 
-def needs_void(edits: Sequence[Edits], *, force_void: bool) -> bool:
+def needs_void(edits: Sequence[ContainerEdits], *, force_void: bool) -> bool:
     """Whether the proxy sets NVIDIA_VISIBLE_DEVICES=void: on, and no hook left the variable set."""
     return force_void and not hooks_set_visible_devices(edits)

@@ -5,7 +5,8 @@
   and its cleanup when a pod stops.
 - `registry`: what a backend declares, `IsolationPaths`, and discovery of the backend modules.
 - `container`: what one container gets: visibility, the applied backend's edits, FGPU_* env.
-- `edits`: `ContainerEdits`, every kind of edit the RuntimeHooks protocol carries.
+- `edits`: `VisibleGPU`, and `BackendEdits`: a backend's answer, the RuntimeHooks protocol's
+  `apis.container_edits.ContainerEdits` plus the host directories the agent makes.
 - `readiness`: a check's verdict and what it may read (`Files`, `Machine`, `elf_problem`).
 - `hami_cache`: HAMi-core's per-container cache directories.
 
@@ -13,8 +14,8 @@ Adding a backend is one module here, e.g. `agent/isolation/dmem.py`::
 
     LIMIT_DIR = PathKey("dmemLimitDir", "/run/fgpu/dmem", "what it is")
 
-    def edits(gpus, *, paths, pod_uid, container_name) -> ContainerEdits:
-        return ContainerEdits(resources=CgroupResources(unified={"dmem.max": ...}))
+    def edits(gpus, *, paths, pod_uid, container_name) -> BackendEdits:
+        return BackendEdits(ContainerEdits(resources=CgroupResources(unified={"dmem.max": ...})))
 
     def check(paths, *, files, machine) -> BackendStatus: ...
 

@@ -16,11 +16,13 @@ that leaves a hostile process is in docs/isolation.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from agent.isolation import registry
-from agent.isolation.edits import ContainerEdits, VisibleGPU
+from agent.isolation.edits import BackendEdits, VisibleGPU
 from agent.isolation.registry import IsolationPaths
 from apis import names
+from apis.container_edits import ContainerEdits
 
 
 def is_isolation_variable(name: str) -> bool:
@@ -28,9 +30,9 @@ def is_isolation_variable(name: str) -> bool:
     return any(True for _ in registry.iter_env_readers(name))
 
 
-def void_edits() -> ContainerEdits:
+def void_edits() -> BackendEdits:
     """A container of a GPU pod that asked for no GPU itself: it sees none."""
-    return ContainerEdits(envs=((names.NVIDIA_VISIBLE_DEVICES, names.NVIDIA_VISIBLE_DEVICES_VOID),))
+    return BackendEdits(ContainerEdits(envs=((names.NVIDIA_VISIBLE_DEVICES, names.NVIDIA_VISIBLE_DEVICES_VOID),)))
 
 
 def applied_backend(gpus: Sequence[VisibleGPU], *, isolation: str) -> registry.Backend:
@@ -47,14 +49,15 @@ def edits_for(
     pod_uid: str,
     container_name: str,
     request_env: Sequence[str] = (),
-) -> ContainerEdits:
+) -> BackendEdits:
     """The edits that give a container `gpus` (in CUDA ordinal order) under the backend `isolation`.
 
     `request_env`: the names of the variables the container's request carries now; the
     isolation variables among them that the hook does not set are removed.
     """
     applied = applied_backend(gpus, isolation=isolation)
-    own = applied.edits(gpus, paths=paths, pod_uid=pod_uid, container_name=container_name)
+    given = applied.edits(gpus, paths=paths, pod_uid=pod_uid, container_name=container_name)
+    own = given.edits
     envs: list[tuple[str, str]] = [
         (names.NVIDIA_VISIBLE_DEVICES, ",".join(g.uuid for g in gpus)),
         (names.CUDA_DEVICE_ORDER, names.CUDA_DEVICE_ORDER_PCI_BUS_ID),
@@ -73,14 +76,6 @@ def edits_for(
     setting = {k for k, _ in envs}
     unset = {n for n in request_env if n not in setting and is_isolation_variable(n)}
     unset.update(n for n in own.unset_envs if n not in setting)
-    return ContainerEdits(
-        envs=tuple(envs),
-        unset_envs=tuple(sorted(unset)),
-        mounts=own.mounts,
-        devices=own.devices,
-        cdi_devices=own.cdi_devices,
-        set_annotations=own.set_annotations,
-        remove_annotations=own.remove_annotations,
-        resources=own.resources,
-        host_dirs=own.host_dirs,
+    return BackendEdits(
+        replace(own, envs=tuple(envs), unset_envs=tuple(sorted(unset))), host_dirs=given.host_dirs
     )

@@ -13,10 +13,11 @@ import os
 from collections.abc import Collection, Sequence
 
 from agent.isolation import hami_cache
-from agent.isolation.edits import ContainerEdits, Mount, VisibleGPU
+from agent.isolation.edits import BackendEdits, VisibleGPU
 from agent.isolation.readiness import BackendStatus, Files, Machine, elf_problem
 from agent.isolation.registry import IsolationPaths, PathKey, register_backend
 from apis import names
+from apis.container_edits import ContainerEdits, Mount
 
 _MIB = 2**20
 _HEADER = 64
@@ -42,7 +43,7 @@ CONTAINER_DIR = PathKey(
 LOCK_DIR_IN_CONTAINER = "/tmp/vgpulock"
 
 
-def edits(gpus: Sequence[VisibleGPU], *, paths: IsolationPaths, pod_uid: str, container_name: str) -> ContainerEdits:
+def edits(gpus: Sequence[VisibleGPU], *, paths: IsolationPaths, pod_uid: str, container_name: str) -> BackendEdits:
     cache_host = os.path.join(paths[CACHE_ROOT], hami_cache.dir_name(pod_uid, container_name))
     cache_container = os.path.join(paths[CONTAINER_DIR], "cache")
     library_in_container = os.path.join(paths[CONTAINER_DIR], "libvgpu.so")
@@ -63,14 +64,13 @@ def edits(gpus: Sequence[VisibleGPU], *, paths: IsolationPaths, pod_uid: str, co
         (names.HAMI_OVERSUBSCRIBE, "false"),
         (names.HAMI_CORE_POLICY, "default"),
     ]
-    return ContainerEdits(
-        envs=tuple(envs),
-        mounts=(
+    return BackendEdits(
+        ContainerEdits(envs=tuple(envs), mounts=(
             Mount(container_path=cache_container, host_path=cache_host, readonly=False),
             Mount(container_path=library_in_container, host_path=paths[LIBRARY]),
             Mount(container_path="/etc/ld.so.preload", host_path=paths[PRELOAD]),
             Mount(container_path=LOCK_DIR_IN_CONTAINER, host_path=paths[LOCK_DIR], readonly=False),
-        ),
+        )),
         host_dirs=(cache_host, paths[LOCK_DIR]),
     )
 

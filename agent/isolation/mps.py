@@ -10,22 +10,23 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from agent.isolation.edits import ContainerEdits, Mount, VisibleGPU
+from agent.isolation.edits import BackendEdits, VisibleGPU
 from agent.isolation.readiness import BackendStatus, Files, Machine
 from agent.isolation.registry import IsolationPaths, PathKey, register_backend
 from apis import names
+from apis.container_edits import ContainerEdits, Mount
 
 _MIB = 2**20
 
 PIPE_DIR = PathKey("mpsPipeDir", "/run/nvidia/mps", "pipe directory of the node's MPS control daemon (mounted at the same path)")
 
 
-def edits(gpus: Sequence[VisibleGPU], *, paths: IsolationPaths, pod_uid: str, container_name: str) -> ContainerEdits:
+def edits(gpus: Sequence[VisibleGPU], *, paths: IsolationPaths, pod_uid: str, container_name: str) -> BackendEdits:
     pipe_dir = paths[PIPE_DIR]
     # One thread percentage for all of a client's devices: the smallest share is the safe one. A
     # memory-only share (core 0) gets no compute cap: MPS has no "0 = unlimited".
     threads = min(100 if g.unlimited else g.core_percent for g in gpus)
-    return ContainerEdits(
+    return BackendEdits(ContainerEdits(
         envs=(
             (names.MPS_PIPE_DIRECTORY, pipe_dir),
             # A burstable share pins up to its limit; its thread percentage stays its request's, as
@@ -36,7 +37,7 @@ def edits(gpus: Sequence[VisibleGPU], *, paths: IsolationPaths, pod_uid: str, co
             (names.MPS_ACTIVE_THREAD_PERCENTAGE, str(threads if threads > 0 else 100)),
         ),
         mounts=(Mount(container_path=pipe_dir, host_path=pipe_dir, readonly=False),),
-    )
+    ))
 
 
 def check(paths: IsolationPaths, *, files: Files, machine: Machine) -> BackendStatus:

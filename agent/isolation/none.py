@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent.isolation.edits import ContainerEdits, VisibleGPU
+from agent.isolation.edits import BackendEdits, VisibleGPU
 from agent.isolation.readiness import BackendStatus, Files, Machine
 from agent.isolation.registry import IsolationPaths, register_backend
 from apis import names
 
 
-def edits(gpus: Sequence[VisibleGPU], *, paths: IsolationPaths, pod_uid: str, container_name: str) -> ContainerEdits:
-    return ContainerEdits()
+def edits(gpus: Sequence[VisibleGPU], *, paths: IsolationPaths, pod_uid: str, container_name: str) -> BackendEdits:
+    return BackendEdits()
 
 
 def check(paths: IsolationPaths, *, files: Files, machine: Machine) -> BackendStatus:

@@ -6,8 +6,9 @@ agent's config, `--isolation` and `FGPU_ISOLATION` say), its host and container 
 (`PathKey`: a key of the config's `isolationPaths` with its default), the variables its
 library reads (removed from the pod's own env), and four functions:
 
-- `edits`: what a container with limited shares gets under it (`ContainerEdits`: env, mounts,
-  devices, CDI devices, cgroup resources, host directories);
+- `edits`: what a container with limited shares gets under it (`edits.BackendEdits`: the
+  protocol's `apis.container_edits.ContainerEdits` (env, mounts, devices, CDI devices,
+  annotations, cgroup resources) and the host directories to make);
 - `check`: whether it can enforce a share on this node now (`readiness.BackendStatus`);
 - `on_pod_stopped`: clean up what `edits` left on the host for a pod that stopped;
 - `remove_leftovers`: the same for pods that went away while the agent was down.
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, Protocol
 
-from agent.isolation.edits import ContainerEdits, VisibleGPU
+from agent.isolation.edits import BackendEdits, VisibleGPU
 from agent.isolation.readiness import BackendStatus, Files, Machine
 
 #: The package whose modules are the backends.
@@ -122,7 +123,7 @@ class IsolationPaths:
 class EditsFn(Protocol):
     def __call__(
         self, gpus: Sequence[VisibleGPU], *, paths: IsolationPaths, pod_uid: str, container_name: str
-    ) -> ContainerEdits:
+    ) -> BackendEdits:
         """The backend's own edits for a container with at least one limited share on `gpus`, in
         CUDA ordinal order. Visibility and the FGPU_* variables are added by `container.edits_for`."""
         ...

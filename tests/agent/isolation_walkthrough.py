@@ -13,20 +13,23 @@ import os
 import shutil
 from collections.abc import Collection, Sequence
 
-from agent.isolation.edits import CgroupResources, ContainerEdits, DeviceNode, VisibleGPU
+from agent.isolation.edits import BackendEdits, VisibleGPU
 from agent.isolation.readiness import BackendStatus, Files, Machine
 from agent.isolation.registry import IsolationPaths, PathKey, register_backend
+from apis.container_edits import CgroupResources, ContainerEdits, DeviceNode
 
 NAME = "visible-only"
 STATE_ROOT = PathKey("visibleOnlyStateRoot", "/var/lib/fgpu/visible-only", "one directory per pod admitted under it")
 
 
-def edits(gpus: Sequence[VisibleGPU], *, paths: IsolationPaths, pod_uid: str, container_name: str) -> ContainerEdits:
+def edits(gpus: Sequence[VisibleGPU], *, paths: IsolationPaths, pod_uid: str, container_name: str) -> BackendEdits:
     state = os.path.join(paths[STATE_ROOT], pod_uid)
-    return ContainerEdits(
-        cdi_devices=tuple(f"nvidia.com/gpu={g.uuid}" for g in gpus),
-        devices=(DeviceNode(container_path="/dev/nvidia-uvm", host_path="/dev/nvidia-uvm"),),
-        resources=CgroupResources(unified={"pids.max": "4096"}),
+    return BackendEdits(
+        ContainerEdits(
+            cdi_devices=tuple(f"nvidia.com/gpu={g.uuid}" for g in gpus),
+            devices=(DeviceNode(container_path="/dev/nvidia-uvm", host_path="/dev/nvidia-uvm"),),
+            resources=CgroupResources(unified={"pids.max": "4096"}),
+        ),
         host_dirs=(state,),
     )
 

@@ -80,7 +80,7 @@ def test_hami_core_limits_memory_and_sm_per_gpu_and_mounts_the_library() -> None
     assert mounts["/etc/ld.so.preload"].readonly
     cache = mounts["/usr/local/vgpu/cache"]
     assert cache.host_path == f"/var/lib/fgpu/hami-cache/{POD_UID}_main" and not cache.readonly
-    assert cache.host_path in decision.edits.host_dirs
+    assert cache.host_path in decision.host_dirs
 
 
 def test_mps_sets_the_pipe_directory_pinned_memory_and_thread_percentage() -> None:

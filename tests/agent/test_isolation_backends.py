@@ -14,17 +14,18 @@ from types import ModuleType
 
 import pytest
 
-from agent import backendcheck, hookserver
+from agent import backendcheck
 from agent.config import parse_config
 from agent.errors import ConfigError
 from agent.hook import decide
 from agent.hookserver import GPUHookServicer
 from agent.isolation import registry
-from agent.isolation.edits import CgroupResources, ContainerEdits, DeviceNode, Mount, Propagation
+from agent.isolation.edits import BackendEdits
 from agent.isolation.readiness import Machine
 from agent.isolation.registry import BackendDiscoveryError, IsolationPaths, PathKey
 from agent.main import build_parser
-from apis import names
+from apis import container_edits, names
+from apis.container_edits import CgroupResources, ContainerEdits, DeviceNode, Mount, Propagation
 from apis.fgpu.v1 import hooks_pb2
 from hack.localup import demo
 from tests.agent.test_backendcheck import FakeFiles
@@ -140,12 +141,11 @@ def test_every_kind_of_container_edit_reaches_the_hooks_answer() -> None:
         set_annotations=(("k", "v"),),
         remove_annotations=("old",),
         resources=CgroupResources(cpu_shares=2, cpuset_cpus="0-1", unified={"dmem.max": "1"}),
-        host_dirs=("/made/by/the/server",),
     )
-    response = hookserver.response_for(edits)
+    response = container_edits.to_proto(edits)
     answered = {f.name for f in hooks_pb2.HookResponse.DESCRIPTOR.fields if f.name != "rejection"}
-    # One ContainerEdits field per kind the protocol carries (host_dirs is the agent's own work).
-    assert len([f for f in dataclasses.fields(ContainerEdits) if f.name != "host_dirs"]) == len(answered)
+    # One ContainerEdits field per kind the protocol carries.
+    assert len(dataclasses.fields(ContainerEdits)) == len(answered)
     for name in answered:
         try:
             present = response.HasField(name)  # a singular message (resources)
@@ -172,11 +172,11 @@ def _package(tmp_path: Path, name: str, modules: dict[str, str]) -> str:
 
 _REGISTERS = """
 from agent.isolation.readiness import BackendStatus
-from agent.isolation.edits import ContainerEdits
+from agent.isolation.edits import BackendEdits
 from agent.isolation.registry import register_backend
 
 register_backend(
-    "{name}", summary="test", edits=lambda gpus, **_: ContainerEdits(),
+    "{name}", summary="test", edits=lambda gpus, **_: BackendEdits(),
     check=lambda paths, **_: BackendStatus("{name}", True, "NoLimits", ""),
 )
 """
@@ -200,8 +200,8 @@ def test_discovery_imports_every_module_but_the_helpers_and_fails_loudly_on_one_
 
 
 def test_a_path_key_or_a_name_taken_by_another_backend_is_refused() -> None:
-    def edits(gpus: object, **_: object) -> ContainerEdits:
-        return ContainerEdits()
+    def edits(gpus: object, **_: object) -> BackendEdits:
+        return BackendEdits()
 
     check = registry.backend(names.ISOLATION_NONE).check
     with pytest.raises(ValueError, match=r"path key\(s\) \['mpsPipeDir'\] already belong to backend 'mps'"):

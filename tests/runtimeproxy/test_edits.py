@@ -1,10 +1,14 @@
-"""Merging hook edits into what a request already holds."""
+"""Reading a hook's answer into edits, and merging them into what a request already holds."""
 
 from __future__ import annotations
 
 import pytest
 
-from runtimeproxy.edits import Edits, ResourceEdit, merge_annotations, merge_by_key, merge_env, merge_names
+from apis import container_edits
+from apis.container_edits import CgroupResources, ContainerEdits, DeviceNode, EditsError, Mount, Propagation
+from apis.fgpu.v1 import hooks_pb2
+from runtimeproxy import edits as edit_rules
+from runtimeproxy.edits import merge_annotations, merge_by_key, merge_env, merge_names
 
 
 @pytest.mark.parametrize(
@@ -46,6 +50,36 @@ def test_annotations_are_removed_then_set() -> None:
 
 
 def test_edit_counts_name_each_kind() -> None:
-    edits = Edits(set_envs=(("A", "1"),), unset_envs=("B",), resources=ResourceEdit(cpu_shares=2))
-    assert edits.counts() == {"env": 2, "mount": 0, "device": 0, "cdi": 0, "annotation": 0, "resources": 1}
-    assert Edits().counts()["resources"] == 0
+    edits = ContainerEdits(envs=(("A", "1"),), unset_envs=("B",), resources=CgroupResources(cpu_shares=2))
+    assert edit_rules.counts(edits) == {"env": 2, "mount": 0, "device": 0, "cdi": 0, "annotation": 0, "resources": 1}
+    assert edit_rules.counts(ContainerEdits())["resources"] == 0
+
+
+def test_an_answer_read_back_is_the_edits_the_hook_sent() -> None:
+    sent = ContainerEdits(
+        envs=(("A", "1"),),
+        unset_envs=("B",),
+        mounts=(Mount("/c", "/h", readonly=False, selinux_relabel=True, propagation=Propagation.BIDIRECTIONAL),),
+        devices=(DeviceNode("/dev/x", "/dev/y", "r"),),
+        cdi_devices=("vendor.com/dev=1",),
+        set_annotations=(("a", "1"), ("b", "2")),
+        remove_annotations=("old",),
+        resources=CgroupResources(cpu_quota=0, cpuset_mems="0", unified={"dmem.max": "1"}),
+    )
+    wire = container_edits.to_proto(sent).SerializeToString()
+    assert container_edits.from_proto(hooks_pb2.HookResponse.FromString(wire)) == sent
+    # cpu_quota=0 is said, not dropped: the proxy sets it; the unset fields keep the request's.
+    assert hooks_pb2.HookResponse.FromString(wire).resources.HasField("cpu_quota")
+    assert container_edits.from_proto(hooks_pb2.HookResponse()) == ContainerEdits()
+
+
+def test_a_device_without_permissions_gets_the_cri_default() -> None:
+    answer = hooks_pb2.HookResponse(add_devices=[hooks_pb2.Device(container_path="/dev/x", host_path="/dev/x")])
+    assert container_edits.from_proto(answer).devices == (DeviceNode("/dev/x", "/dev/x", "rw"),)
+
+
+def test_a_mount_propagation_the_protocol_lacks_is_refused_naming_the_field() -> None:
+    mount = hooks_pb2.Mount(container_path="/c", host_path="/h", propagation=7)  # type: ignore[arg-type]
+    answer = hooks_pb2.HookResponse(add_mounts=[hooks_pb2.Mount(container_path="/ok", host_path="/ok"), mount])
+    with pytest.raises(EditsError, match=r"add_mounts\[1\]\.propagation=7 is not a MountPropagation"):
+        container_edits.from_proto(answer)

@@ -6,16 +6,16 @@ import grpc
 import pytest
 
 from apis import names
+from apis.container_edits import ContainerEdits
 from runtimeproxy import verdicts
-from runtimeproxy.edits import Edits
 from runtimeproxy.hookconfig import FailurePolicy, Stage
 from runtimeproxy.verdicts import HookOutcome, OutcomeKind, PodFacts
 
 FAIL, IGNORE = FailurePolicy.FAIL, FailurePolicy.IGNORE
-GPU_EDITS = Edits(set_envs=((names.NVIDIA_VISIBLE_DEVICES, "GPU-1"),))
+GPU_EDITS = ContainerEdits(envs=((names.NVIDIA_VISIBLE_DEVICES, "GPU-1"),))
 
 
-def ok(server: str = "agent", edits: Edits = GPU_EDITS, p: FailurePolicy = IGNORE) -> HookOutcome:
+def ok(server: str = "agent", edits: ContainerEdits = GPU_EDITS, p: FailurePolicy = IGNORE) -> HookOutcome:
     return HookOutcome(server=server, policy=p, kind=OutcomeKind.EDITS, edits=edits)
 
 
@@ -38,9 +38,9 @@ FAILED_PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION.value[0]
         pytest.param(CREATE, [], 0, True, UNAVAILABLE, "no hook server is registered", id="gpu pod, no hook"),
         pytest.param(CREATE, [failed(p=IGNORE)], 1, True, UNAVAILABLE, "GPU allocation", id="gpu pod, Ignore hook down"),
         pytest.param(CREATE, [ok("a"), failed("b", p=IGNORE)], 2, True, UNAVAILABLE, "'b' failed", id="gpu pod, 2nd hook down"),
-        pytest.param(CREATE, [ok("other", edits=Edits(set_envs=(("A", "1"),)))], 1, True, FAILED_PRECONDITION,
+        pytest.param(CREATE, [ok("other", edits=ContainerEdits(envs=(("A", "1"),)))], 1, True, FAILED_PRECONDITION,
                      "no hook server set NVIDIA_VISIBLE_DEVICES", id="gpu pod, hooks answered without GPU settings"),
-        pytest.param(CREATE, [ok("agent"), ok("other", edits=Edits(unset_envs=(names.NVIDIA_VISIBLE_DEVICES,)))], 2, True,
+        pytest.param(CREATE, [ok("agent"), ok("other", edits=ContainerEdits(unset_envs=(names.NVIDIA_VISIBLE_DEVICES,)))], 2, True,
                      FAILED_PRECONDITION, "no hook server set NVIDIA_VISIBLE_DEVICES",
                      id="gpu pod, a later hook unsets the GPU settings"),
         pytest.param(CREATE, [failed(p=FAIL)], 1, False, UNAVAILABLE, "failurePolicy is Fail", id="Fail hook down"),
@@ -63,11 +63,11 @@ def test_refusals(
         pytest.param(CREATE, [], 0, False, 0, 0, id="no gpu, no hook"),
         pytest.param(CREATE, [failed(p=IGNORE)], 1, False, 0, 1, id="no gpu, Ignore hook down"),
         pytest.param(CREATE, [ok("a"), ok("b")], 2, True, 2, 0, id="gpu pod, both answered"),
-        pytest.param(CREATE, [ok("other", edits=Edits(set_envs=(("A", "1"),))), ok("agent")], 2, True, 2, 0,
+        pytest.param(CREATE, [ok("other", edits=ContainerEdits(envs=(("A", "1"),))), ok("agent")], 2, True, 2, 0,
                      id="gpu pod, GPU settings from the second hook"),
-        pytest.param(CREATE, [ok(edits=Edits(add_cdi_devices=("nvidia.com/gpu=0",)))], 1, True, 1, 0,
+        pytest.param(CREATE, [ok(edits=ContainerEdits(cdi_devices=("nvidia.com/gpu=0",)))], 1, True, 1, 0,
                      id="gpu pod, GPUs given as CDI devices"),
-        pytest.param(CREATE, [ok("other", edits=Edits(set_envs=(("A", "1"),)))], 1, False, 1, 0,
+        pytest.param(CREATE, [ok("other", edits=ContainerEdits(envs=(("A", "1"),)))], 1, False, 1, 0,
                      id="no gpu, hook without GPU settings"),
         pytest.param(Stage.PRE_RUN_POD_SANDBOX, [failed(p=IGNORE)], 1, True, 0, 1, id="sandbox: only containers are gated"),
         pytest.param(Stage.POST_START_CONTAINER, [failed(p=FAIL), rejected()], 2, True, 0, 2, id="post stages never refuse"),
@@ -88,23 +88,23 @@ def test_a_refusing_outcome_stops_further_hook_calls() -> None:
     assert not verdicts.stop_early(CREATE, failed(p=IGNORE), allocation=False)
     assert verdicts.stop_early(CREATE, rejected(), allocation=False)
     # A first hook without GPU settings does not stop the call: a later one may supply them.
-    assert not verdicts.stop_early(CREATE, ok("other", edits=Edits(set_envs=(("A", "1"),))), allocation=True)
+    assert not verdicts.stop_early(CREATE, ok("other", edits=ContainerEdits(envs=(("A", "1"),))), allocation=True)
 
 
 @pytest.mark.parametrize(
     ("edits", "force", "void"),
     [
         pytest.param([], True, True, id="no hook answer"),
-        pytest.param([Edits(set_envs=(("OTHER", "1"),))], True, True, id="hook set other vars"),
+        pytest.param([ContainerEdits(envs=(("OTHER", "1"),))], True, True, id="hook set other vars"),
         pytest.param([GPU_EDITS], True, False, id="hook set the variable"),
-        pytest.param([GPU_EDITS, Edits(unset_envs=(names.NVIDIA_VISIBLE_DEVICES,))], True, True,
+        pytest.param([GPU_EDITS, ContainerEdits(unset_envs=(names.NVIDIA_VISIBLE_DEVICES,))], True, True,
                      id="a later hook unset it: the image's value must not come back"),
-        pytest.param([Edits(unset_envs=(names.NVIDIA_VISIBLE_DEVICES,)), GPU_EDITS], True, False,
+        pytest.param([ContainerEdits(unset_envs=(names.NVIDIA_VISIBLE_DEVICES,)), GPU_EDITS], True, False,
                      id="unset, then set by a later hook"),
         pytest.param([], False, False, id="turned off"),
     ],
 )
-def test_void_unless_a_hook_set_the_variable(edits: list[Edits], force: bool, void: bool) -> None:
+def test_void_unless_a_hook_set_the_variable(edits: list[ContainerEdits], force: bool, void: bool) -> None:
     assert verdicts.needs_void(edits, force_void=force) is void
 
 
