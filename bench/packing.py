@@ -9,7 +9,8 @@ one axis at a time (`--variant spec33 share100 ...`; names: spec/share/multi/cpu
 written to `--variant-dir` (outside the repository). Per-run numbers go to
 bench/results/packing.json (kept across runs, so a rerun of some workloads keeps the others),
 the table to bench/results/packing.md and a plot of fgpu - FGD(told) against each axis to
-docs/images/packing-<axis>.svg.
+docs/images/packing-<axis>.svg. `--config fgpu` reruns fgpu alone after a change to it, keeping the
+stored FGD runs (FGD does not change with fgpu's code).
 """
 
 from __future__ import annotations
@@ -104,18 +105,19 @@ def run_grid(
     nodes: str,
     seeds: Sequence[int],
     jobs: int,
+    configs: Sequence[str] = tuple(CONFIGS),
     log: bool = True,
     save: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     # Seed by seed, so a run cut short has every workload at the first seeds.
-    todo = [Job(w, path, nodes, c, s) for s in seeds for w, path in workloads.items() for c in CONFIGS]
+    todo = [Job(w, path, nodes, c, s) for s in seeds for w, path in workloads.items() for c in configs]
     runs: list[dict[str, Any]] = []
     started = time.time()
     workers = max(1, min(jobs, MAX_JOBS))
 
     def report(done: int, run: dict[str, Any]) -> None:
         runs.append(run)
-        if save is not None and (done % len(CONFIGS) == 0 or done == len(todo)):
+        if save is not None and (done % len(configs) == 0 or done == len(todo)):
             save(runs)
         if log:
             print(
@@ -272,6 +274,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variant-dir", default="/tmp/fgpu-packing-variants", help="where variants are written")
     parser.add_argument("--results", default=str(Path(__file__).resolve().parent / "results"))
     parser.add_argument("--images", default=str(Path(__file__).resolve().parent.parent / "docs" / "images"))
+    parser.add_argument(
+        "--config",
+        nargs="+",
+        choices=list(CONFIGS),
+        default=list(CONFIGS),
+        help="configurations to run (the others' stored runs are kept, e.g. rerun only fgpu after a policy change)",
+    )
     parser.add_argument("--note", default="", help="a line for the report (e.g. which subset this run covers)")
     parser.add_argument("--report-only", action="store_true", help="rewrite the report and plots from packing.json")
     args = parser.parse_args(argv)
@@ -321,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stored = {"runs": []}
         save(stored_runs)
     else:
-        save(run_grid(workloads, nodes=nodes, seeds=args.seeds, jobs=args.jobs, save=save))
+        save(run_grid(workloads, nodes=nodes, seeds=args.seeds, jobs=args.jobs, configs=args.config, save=save))
     print(f"wrote {raw_path}, {results / 'packing.md'} and plots under {images}")
     return 0
 

@@ -35,7 +35,10 @@ may use, with the hole-waste weight (both are milli-GPU expected to go unused); 
 model-neutral terms drew free pods onto the GPUs constrained pods need. Multi-GPU pods: both
 look-ahead terms price GPU taken in pieces of one GPU or less, so their weights are scaled by the
 share of the workload's GPU volume in such pods (`single_gpu_volume`); for pods that need n GPUs
-and their CPU on one node at once, FGD's per-shape test is the measure.
+and their CPU on one node at once, FGD's per-shape test is the measure, plus the spots for them a
+placement takes (`LumpShapes`: how many of each multi-GPU shape a node can still host, GPUs and CPU
+together), each priced by how short the cluster is of room for that shape (`lump_pressure`); on
+`--multi-gpu 30` this keeps the only nodes that take its widest pods for them.
 
 Parameters: `FGPUParams` (the weights of the two look-ahead terms, how the hole-waste estimate
 expects pods to arrive, and the resource ratios, learnt unless pinned).
@@ -43,6 +46,7 @@ expects pods to arrive, and the resource ratios, learnt unless pinned).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated
@@ -50,7 +54,13 @@ from typing import Annotated
 import numpy as np
 
 from scheduler_plugin.core.demand import Demand, share_milli
-from scheduler_plugin.core.fragmentation import FloatArray, HoleWaste, TargetWorkload
+from scheduler_plugin.core.fragmentation import (
+    BoolArray,
+    FloatArray,
+    HoleWaste,
+    IntArray,
+    TargetWorkload,
+)
 from scheduler_plugin.core.policies import BoolMatrix, PolicyContext, SlotArray, register_policy
 from scheduler_plugin.core.policy_fgd import FGDPolicy, FragmentationOptions
 from scheduler_plugin.core.settings import Param
@@ -74,6 +84,10 @@ class FGPUParams:
     fill_supply: Annotated[
         float, Param("frequency of fitting pods at which a hole is sure to be filled (0 = always filled)")
     ] = 0.02
+    #: 1: the term is the milli-GPU of multi-GPU pods expected to be refused, the unit of Δfrag itself
+    lump_weight: Annotated[
+        float, Param("weight of the multi-GPU pods expected to be refused for the spots a placement takes (0 = off)")
+    ] = 1.0
     cpu_per_gpu_milli: Annotated[
         float | None, Param("pins the workload's CPU milli per milli-GPU (0 leaves CPU out)", unset=_LEARNT)
     ] = None
@@ -124,6 +138,71 @@ def single_gpu_volume(workload: TargetWorkload) -> float:
     return single / volume if volume > 0 else 1.0
 
 
+@dataclass(frozen=True)
+class LumpShapes:
+    """The workload's multi-GPU shapes: per shape its GPUs, CPU, per-GPU request and share of the GPU volume."""
+
+    index: IntArray  # position among the workload's shapes (for the per-node model mask)
+    gpus: IntArray
+    cpu: IntArray
+    volume_share: FloatArray
+    levels: IntArray  # the distinct per-GPU requests (mostly just a whole GPU)
+    level: IntArray  # per shape: which of `levels` it asks per GPU
+
+    @classmethod
+    def of(cls, workload: TargetWorkload) -> LumpShapes:
+        volume = sum(w * s.gpu_milli * s.num_gpu for s, w in zip(workload.shapes, workload.weights, strict=True))
+        picked = [k for k, s in enumerate(workload.shapes) if s.num_gpu >= 2 and s.gpu_milli > 0]
+        shapes = [workload.shapes[k] for k in picked]
+        levels = sorted({s.gpu_milli for s in shapes})
+        return cls(
+            index=np.array(picked, dtype=np.int64),
+            gpus=np.array([s.num_gpu for s in shapes], dtype=np.int64),
+            cpu=np.array([s.cpu_milli for s in shapes], dtype=np.int64),
+            volume_share=np.array(
+                [workload.weights[k] * s.gpu_milli * s.num_gpu / volume if volume > 0 else 0.0 for k, s in zip(picked, shapes, strict=True)],
+                dtype=np.float64,
+            ),
+            levels=np.array(levels, dtype=np.int64),
+            level=np.array([levels.index(s.gpu_milli) for s in shapes], dtype=np.int64),
+        )
+
+    @property
+    def milli(self) -> IntArray:
+        result: IntArray = self.levels[self.level]
+        return result
+
+    def counts(self, free: IntArray) -> IntArray:
+        """(K, U): per node, its GPUs with at least each level free."""
+        result: IntArray = (free[:, :, None] >= self.levels[None, None, :]).sum(axis=1)
+        return result
+
+    def hosts(self, counts: IntArray, cpu_free: IntArray, model_ok: BoolArray) -> IntArray:
+        """(K, L): how many pods of each shape each node can still take at once, GPUs and CPU together."""
+        by_gpu = counts[:, self.level] // self.gpus[None, :]
+        by_cpu = np.maximum(cpu_free, 0)[:, None] // np.maximum(self.cpu, 1)[None, :]
+        result: IntArray = np.where(model_ok[:, self.index], np.minimum(by_gpu, np.where(self.cpu > 0, by_cpu, by_gpu)), 0)
+        return result
+
+
+def lump_pressure(lumps: LumpShapes, *, hosts: IntArray, free_milli: float) -> FloatArray:
+    """Per multi-GPU shape: the chance that its pods still to come outnumber the spots left for them.
+
+    Of the GPU still free, the shape's pods will ask its share of the workload's volume: on average
+    mu = share x free / (its GPUs) pods, drawn independently, so their number is about Poisson(mu).
+    The cluster has S spots for it (`hosts` summed over nodes). A spot taken from the shape is a pod
+    of it refused when N >= S: P(N >= S), here by the normal approximation (continuity-corrected).
+    It is near 0 while the shape has room to spare (a spot lost then costs nothing: another serves)
+    and near 1 once it is short. 0 where no spot is left (nothing to lose).
+    """
+    spots = hosts.sum(axis=0)
+    coming = lumps.volume_share * free_milli / (lumps.gpus * lumps.milli)
+    z = (coming - spots + 0.5) / np.sqrt(np.maximum(coming, 1.0))
+    tail = np.array([0.5 * math.erfc(-float(v) / math.sqrt(2.0)) for v in z], dtype=np.float64)
+    result: FloatArray = np.where(spots > 0, tail, 0.0)
+    return result
+
+
 def _ratios_for(workload: TargetWorkload, params: FGPUParams) -> ResourceRatios:
     """The target workload's ratios, unless the parameters pin them."""
     cpu = params.cpu_per_gpu_milli
@@ -154,6 +233,7 @@ class FGPUPolicy(FGDPolicy):
         self._set_lookahead(workload)
 
     def _set_lookahead(self, workload: TargetWorkload) -> None:
+        self.lumps = LumpShapes.of(workload)
         single = single_gpu_volume(workload)
         self.strand_weight = self.params.strand_weight * single
         self.hole_waste_weight = self.params.hole_weight * single
@@ -175,10 +255,55 @@ class FGPUPolicy(FGDPolicy):
         return self._pressure
 
     def dynamic(self, rows: SlotArray, demand: Demand, delta: FloatArray) -> FloatArray:
-        # Not cached with the node deltas: those are shared by demands that differ only in their models.
+        # Not cached with the node deltas: those are shared by demands that differ only in their
+        # models, and the scarcity of multi-GPU spots changes with every placement.
+        if self.params.lump_weight and len(self.lumps.gpus):
+            delta = delta + self.params.lump_weight * self.lump_deltas(rows, demand, width=delta.shape[1])
         if not self.hole_weight or not demand.gpus or not self.pressure().any():
             return delta  # no constrained shape in the workload: nothing to add (the common case)
         result: FloatArray = delta + self.hole_weight * self.model_deltas(rows, demand)[:, None]
+        return result
+
+    def lump_deltas(self, rows: SlotArray, demand: Demand, *, width: int) -> FloatArray:
+        """GPU of multi-GPU pods expected to be refused for the spots the placement takes (milli): (K, width)."""
+        self.tracker.refresh()
+        index, lumps = self.index, self.lumps
+        pressure = lump_pressure(
+            lumps, hosts=lumps.hosts(lumps.counts(index.free), index.cpu_free, index.model_ok), free_milli=float(index.free.sum())
+        )
+        if not pressure.any():
+            return np.zeros((len(rows), width))
+        price = pressure * lumps.gpus * lumps.milli
+        free, cpu, model_ok = index.free[rows], index.cpu_free[rows], index.model_ok[rows]
+        counts = lumps.counts(free)
+        cpu_after = cpu - demand.cpu_milli
+
+        def value(fitting: IntArray, cpu_left: IntArray) -> FloatArray:
+            # The GPU the node's spots are worth: the best of filling it with one shape (a lower
+            # bound on the best mix; the max, not the sum, as one node's GPUs serve one shape or another).
+            result: FloatArray = (lumps.hosts(fitting, cpu_left, model_ok) * price).max(axis=1)
+            return result
+
+        before = value(counts, cpu)
+        if not (demand.is_share and demand.gpus == 1):
+            milli = share_milli(demand) if demand.gpus else 0
+            taken = index.exclusive_after(rows, gpu_milli=milli, num_gpu=demand.gpus)
+            loss: FloatArray = (before - value(lumps.counts(taken), cpu_after))[:, None]
+            return loss
+        # A share takes its CPU wherever it goes, and one GPU: a shape loses that GPU only where the
+        # share brings it below the shape's per-GPU request. Which requests it crosses, per GPU, as bits.
+        milli = share_milli(demand)
+        gpu_free = free[:, :width, None]
+        crossed = (gpu_free >= lumps.levels[None, None, :]) & (gpu_free - milli < lumps.levels[None, None, :])
+        pattern = crossed.astype(np.int64) @ (np.int64(1) << np.arange(len(lumps.levels), dtype=np.int64))
+        after = np.empty(pattern.shape)
+        for bits in np.unique(pattern):
+            fewer = counts - ((int(bits) >> np.arange(len(lumps.levels))) & 1)[None, :]
+            mine = pattern == bits
+            after[mine] = np.broadcast_to(value(fewer, cpu_after)[:, None], pattern.shape)[mine]
+        result: FloatArray = before[:, None] - after
+        if result.shape[1] < width:
+            result = np.pad(result, ((0, 0), (0, width - result.shape[1])))
         return result
 
     def model_deltas(self, rows: SlotArray, demand: Demand) -> FloatArray:
@@ -248,6 +373,9 @@ register_policy(
     lambda context, params, options: FGPUPolicy(context, params, workload=options.workload),
     params=FGPUParams,
     options=FragmentationOptions,
-    score="as fgd, with Δ = Δfrag + strand_weight x Δstranded + hole_weight x (Δhole-waste + GPU that model-constrained pods need)",
+    score=(
+        "as fgd, with Δ = Δfrag + strand_weight x Δstranded + hole_weight x (Δhole-waste + GPU that model-constrained"
+        " pods need) + lump_weight x multi-GPU spots taken, priced by their scarcity"
+    ),
     share_gpu="as fgd",
 )
