@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from agent.usage import GPUUsage
+from apis import names
 from apis.devices import NodeDevices
 
 
@@ -21,19 +22,19 @@ class AgentMetrics:
         self.nvml_up = Gauge("fgpu_agent_nvml_up", "1 when NVML answered at the last discovery.", registry=r)
         self.gpu_healthy = Gauge("fgpu_agent_gpu_healthy", "1 when the GPU is healthy.", ["uuid", "model"], registry=r)
         self.gpu_memory_total = Gauge(
-            "fgpu_agent_gpu_memory_total_bytes", "GPU memory in bytes.", ["uuid"], registry=r
+            names.AGENT_METRIC_GPU_MEMORY_TOTAL, "GPU memory in bytes.", ["uuid"], registry=r
         )
         self.gpu_memory_used = Gauge(
             "fgpu_agent_gpu_memory_used_bytes", "GPU memory in use in bytes.", ["uuid"], registry=r
         )
         self.gpu_sm = Gauge(
-            "fgpu_agent_gpu_sm_utilization_percent", "SM utilization over NVML's last sample.", ["uuid"], registry=r
+            names.AGENT_METRIC_GPU_SM_UTILIZATION, "SM utilization over NVML's last sample.", ["uuid"], registry=r
         )
         self.pod_memory = Gauge(
-            "fgpu_agent_pod_gpu_memory_used_bytes", "GPU memory used by a pod's processes.", ["pod_uid", "uuid"], registry=r
+            names.AGENT_METRIC_POD_GPU_MEMORY_USED, "GPU memory used by a pod's processes.", ["pod_uid", "uuid"], registry=r
         )
         self.pod_processes = Gauge(
-            "fgpu_agent_pod_gpu_processes", "Processes of a pod on a GPU.", ["pod_uid", "uuid"], registry=r
+            names.AGENT_METRIC_POD_GPU_PROCESSES, "Processes of a pod on a GPU.", ["pod_uid", "uuid"], registry=r
         )
         self.health_transitions = Counter(
             "fgpu_agent_health_transitions_total", "GPU health changes.", ["uuid", "to", "reason"], registry=r

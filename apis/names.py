@@ -304,3 +304,14 @@ METRIC_DEFRAG_ABORTED: Final = "fgpu_defrag_aborted_total"
 #: it runs, so a script outside the agent process can change what NVML reports (hack/localup's
 #: overcommit demo). Never read by the real NVML path.
 FAKE_NVML_USAGE_ENV: Final = "FGPU_FAKE_NVML_USAGE"
+
+# --- Agent metrics other components read (fgpuctl top) --------------------------------------------
+
+#: Per GPU: its memory in bytes (labels: uuid).
+AGENT_METRIC_GPU_MEMORY_TOTAL: Final = "fgpu_agent_gpu_memory_total_bytes"
+#: Per GPU: SM utilization over NVML's last sample, percent (labels: uuid).
+AGENT_METRIC_GPU_SM_UTILIZATION: Final = "fgpu_agent_gpu_sm_utilization_percent"
+#: Per pod and GPU: memory used by the pod's processes, bytes (labels: pod_uid, uuid).
+AGENT_METRIC_POD_GPU_MEMORY_USED: Final = "fgpu_agent_pod_gpu_memory_used_bytes"
+#: Per pod and GPU: how many of the pod's processes run there (labels: pod_uid, uuid).
+AGENT_METRIC_POD_GPU_PROCESSES: Final = "fgpu_agent_pod_gpu_processes"

@@ -28,10 +28,10 @@ from apis import names
 from apis.allocation import AllocationError, decode_allocation, share_memory_bytes
 
 #: The agent's metric names (agent/metrics.py; tests/kubectl_plugin keeps them equal to what it exports).
-POD_MEMORY = "fgpu_agent_pod_gpu_memory_used_bytes"
-POD_PROCESSES = "fgpu_agent_pod_gpu_processes"
-GPU_SM = "fgpu_agent_gpu_sm_utilization_percent"
-GPU_MEMORY_TOTAL = "fgpu_agent_gpu_memory_total_bytes"
+POD_MEMORY = names.AGENT_METRIC_POD_GPU_MEMORY_USED
+POD_PROCESSES = names.AGENT_METRIC_POD_GPU_PROCESSES
+GPU_SM = names.AGENT_METRIC_GPU_SM_UTILIZATION
+GPU_MEMORY_TOTAL = names.AGENT_METRIC_GPU_MEMORY_TOTAL
 #: The agent pods' labels and their metrics port's name (deploy/chart/templates/30-agent.yaml).
 AGENT_LABELS = {"app.kubernetes.io/component": "agent", "app.kubernetes.io/part-of": "fgpu"}
 METRICS_PORT_NAME = "metrics"
