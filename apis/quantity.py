@@ -25,7 +25,10 @@ _DECIMAL = {
 }
 #: Kubernetes itself caps quantities far below 10**30; a huge exponent would hang Fraction arithmetic.
 _MAX_EXPONENT = 30
-_PATTERN = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$")
+#: suffixes that scale a whole number to a whole number
+_WHOLE_FACTORS = {**_BINARY, **{k: int(v) for k, v in _DECIMAL.items() if v.denominator == 1}}
+#: ASCII digits only, as Kubernetes parses them (`\d` alone would take any script's digits)
+_PATTERN = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$", re.ASCII)
 
 
 class QuantityError(ValueError):
@@ -43,6 +46,13 @@ def parse_quantity(value: object, *, field: str = "quantity") -> Fraction:
     if not isinstance(value, str):
         raise QuantityError(f"{field}: {value!r} is not a quantity; write a number such as 50 or 20Gi")
     text = value.strip()
+    # The usual form, ASCII digits and a whole suffix ("50", "20Gi", "41758208Ki"), costs an int() instead of
+    # the pattern and a Fraction parse: the agent's hook and the proxy read several per container created.
+    digits = text.rstrip("KMGTPEik")
+    if digits and digits.isascii() and digits.isdigit():
+        factor = _WHOLE_FACTORS.get(text[len(digits):])
+        if factor is not None:
+            return Fraction(int(digits) * factor)
     match = _PATTERN.match(text)
     if match is None:
         raise QuantityError(f"{field}: {value!r} is not a quantity; write a number such as 50 or 20Gi")
