@@ -42,6 +42,9 @@ class Hold:
     #: memory slice it starts at. `mig_uuid` is then the created instance's, or "" until it exists.
     mig_profile: str = ""
     mig_placement: int = -1
+    #: A share of the whole GPU with 0% compute and no compute limit: the backends read 0% as no
+    #: limit, so it may use all the card's compute and never shares a card with compute (docs/isolation.md).
+    memory_only: bool = False
 
     @property
     def mig(self) -> bool:
@@ -66,6 +69,8 @@ class GPUHeld:
     #: Memory slice a MIG instance the node creates (or created) starts at -> the pods holding it
     #: (claimed while the instance is made, before its UUID is known).
     mig_placements: Mapping[int, frozenset[str]] | None = None
+    #: Pods (among `pods`) holding a memory-only share of it (`Hold.memory_only`).
+    memory_only_pods: frozenset[str] = frozenset()
 
 
 def held_by_gpu(entries: Iterable[tuple[str, tuple[Hold, ...]]]) -> dict[str, GPUHeld]:
@@ -75,6 +80,7 @@ def held_by_gpu(entries: Iterable[tuple[str, tuple[Hold, ...]]]) -> dict[str, GP
     pods: dict[str, set[str]] = {}
     mig: dict[str, dict[str, set[str]]] = {}
     places: dict[str, dict[int, set[str]]] = {}
+    memory_only: dict[str, set[str]] = {}
     for pod_uid, holds in entries:
         for h in holds:
             if h.mig:
@@ -85,6 +91,8 @@ def held_by_gpu(entries: Iterable[tuple[str, tuple[Hold, ...]]]) -> dict[str, GP
             core[h.gpu_uuid] = core.get(h.gpu_uuid, 0) + h.core_percent
             memory[h.gpu_uuid] = memory.get(h.gpu_uuid, 0) + h.memory_bytes
             pods.setdefault(h.gpu_uuid, set()).add(pod_uid)
+            if h.memory_only:
+                memory_only.setdefault(h.gpu_uuid, set()).add(pod_uid)
     return {
         uuid: GPUHeld(
             core_percent=core.get(uuid, 0),
@@ -92,6 +100,7 @@ def held_by_gpu(entries: Iterable[tuple[str, tuple[Hold, ...]]]) -> dict[str, GP
             pods=frozenset(pods.get(uuid, ())),
             mig={m: frozenset(p) for m, p in mig.get(uuid, {}).items()} or None,
             mig_placements={s: frozenset(p) for s, p in places.get(uuid, {}).items()} or None,
+            memory_only_pods=frozenset(memory_only.get(uuid, ())),
         )
         for uuid in set(core) | set(mig)
     }

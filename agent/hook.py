@@ -10,7 +10,9 @@ all (the proxy's own `void` rule hides the GPUs from it). A pod with one gets it
 allocation is signed for this pod on this node and fits the node as it is
 now: every GPU present and healthy, MIG shares on MIG instances that exist
 or that the node can create, and no GPU given more than it has, counting what the pods admitted before
-hold (`held`, from `agent.admissions.AdmissionLedger`). A limited share is rejected while the
+hold (`held`, from `agent.admissions.AdmissionLedger`), and no memory-only share (0% compute, which
+the backends read as no compute limit) on a card where other pods hold compute, nor compute beside
+another pod's memory-only share (docs/isolation.md). A limited share is rejected while the
 isolation backend cannot enforce it (`HookSettings.backend_problem`). Anything else is rejected with
 a reason a person can act on, which the proxy turns into a failed CreateContainer.
 
@@ -147,6 +149,8 @@ def decide(
     problems: list[str] = []
     visible: list[tuple[str, VisibleGPU]] = []
     used: dict[str, tuple[int, int]] = {}
+    #: GPUs where this pod holds a memory-only share
+    alone: set[str] = set()
     seen_mig: set[str] = set()
     holds: list[Hold] = []
     needed: list[Want] = []
@@ -214,7 +218,12 @@ def decide(
             continue
         core, memory = used.get(gpu.uuid, (0, 0))
         used[gpu.uuid] = (core + share.core_percent, memory + share_bytes)
-        holds.append(Hold(gpu_uuid=gpu.uuid, core_percent=share.core_percent, memory_bytes=share_bytes))
+        if _memory_only(share):
+            alone.add(gpu.uuid)
+        holds.append(Hold(
+            gpu_uuid=gpu.uuid, core_percent=share.core_percent, memory_bytes=share_bytes,
+            memory_only=_memory_only(share),
+        ))
         if part is None:
             continue
         part_bytes = share_memory_bytes(part, gpu_memory_bytes=gpu.memory_bytes)
@@ -257,6 +266,10 @@ def decide(
                 f"(100%, {gpu.memory_bytes} bytes); the scheduler's view of the node is out of date, "
                 "the pod must be scheduled again"
             )
+            continue
+        mixed = _mixed(uuid, core, memory_only=uuid in alone, others=others)
+        if mixed:
+            problems.append(mixed)
     if len({v.uuid for _, v in visible}) != len(visible):
         problems.append("the same GPU is listed twice; the scheduler must merge the shares")
     if problems:
@@ -320,8 +333,39 @@ def holds_of(allocation: Allocation, devices: NodeDevices) -> tuple[Hold, ...]:
             holds.append(Hold(
                 gpu_uuid=gpu.uuid, core_percent=share.core_percent,
                 memory_bytes=share_memory_bytes(share, gpu_memory_bytes=gpu.memory_bytes),
+                memory_only=_memory_only(share),
             ))
     return tuple(holds)
+
+
+def _memory_only(share: GPUShare) -> bool:
+    """A share of the whole GPU that runs with no compute limit: 0% compute (HAMi-core reads
+    CUDA_DEVICE_SM_LIMIT=0 as no limit, MPS leaves the active thread percentage at 100) and no
+    burstable compute limit either (`burst.with_limit` caps it at that)."""
+    return share.core_percent == 0 and (share.limit is None or share.limit.core_percent == 0)
+
+
+def _mixed(uuid: str, core: int, *, memory_only: bool, others: GPUHeld) -> str:
+    """Why this pod's share of `uuid` may not join what other admitted pods hold there; "" when it may.
+
+    A memory-only share would take the compute the others reserved; a compute share would have
+    its compute taken by a memory-only share already there (docs/isolation.md).
+    """
+    if memory_only and others.core_percent > 0:
+        return (
+            f"GPU {uuid}: this pod's share is GPU memory only (0% compute, which the isolation backend reads as "
+            f"no compute limit), but {_pods_text(others.pods - others.memory_only_pods)} hold "
+            f"{others.core_percent}% of the card's "
+            "compute, which it would take; a memory-only share goes only on a card without compute reservations: "
+            f"the pod must ask for a compute share too ({names.GPU_CORE}), or be scheduled again"
+        )
+    if core > 0 and others.memory_only_pods:
+        return (
+            f"GPU {uuid}: this pod's {core}% of compute would share the card with the memory-only share of "
+            f"{_pods_text(others.memory_only_pods)}, which runs with no compute limit and could take it; "
+            "the scheduler's view of the node is out of date, the pod must be scheduled again"
+        )
+    return ""
 
 
 def _find_gpu(share: GPUShare, devices: NodeDevices) -> tuple[GPUInfo | None, str]:

@@ -13,7 +13,10 @@ Reading rules for policies:
 * read the arrays through the attributes on every call and never keep a
   reference: they are replaced when the state grows (`state_resized` is called);
 * a GPU that is not usable (absent, unhealthy, held outside fgpu, or in MIG
-  mode) has `core_free` and `mem_free` 0, so it looks full.
+  mode) has `core_free` and `mem_free` 0, so it looks full;
+* `mem_only_held` marks GPUs holding a memory-only share (0% compute, which the
+  backends read as no compute limit): compute shares never join them
+  (core/memory_only.py).
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ class ClusterState:
         self._listeners: list[StateListener] = []
         #: rows with a GPU in MIG mode that has a free instance (MIG checks are skipped without any)
         self.mig_rows: set[int] = set()
+        #: rows with a GPU holding a memory-only share (the memory-only rule's check is skipped without any)
+        self.mem_only_rows: set[int] = set()
         #: rows whose node rules are known (a Node object was seen); node rules are checked only there
         self.rules_rows: set[int] = set()
         #: distinct NoSchedule/NoExecute taint sets; `taint_set[row]` indexes it, 0 is "no taints"
@@ -109,6 +114,8 @@ class ClusterState:
         self.numa_group: Int64Array = np.zeros((0, max_gpus), dtype=np.int64)
         #: memory of the largest free MIG instance on a GPU in MIG mode, else 0
         self.mig_free_max: Int64Array = np.zeros((0, max_gpus), dtype=np.int64)
+        #: a regular share of 0% compute without a compute limit sits on the GPU (core/memory_only.py)
+        self.mem_only_held: BoolArray = np.zeros((0, max_gpus), dtype=np.bool_)
         #: per GPU: guaranteed shares' requests, burstable shares' limits (core/overcommit.py)
         self.guaranteed_core: Int64Array = np.zeros((0, max_gpus), dtype=np.int64)
         self.guaranteed_mem: Int64Array = np.zeros((0, max_gpus), dtype=np.int64)
@@ -151,6 +158,7 @@ class ClusterState:
         "pcie_group",
         "numa_group",
         "mig_free_max",
+        "mem_only_held",
         "guaranteed_core",
         "guaranteed_mem",
         "burst_core",
@@ -196,6 +204,7 @@ class ClusterState:
             return
         self.names[index] = ""
         self.mig_rows.discard(index)
+        self.mem_only_rows.discard(index)
         self.rules_rows.discard(index)
         self.host_ports.pop(index, None)
         self.limits_why.pop(index, None)

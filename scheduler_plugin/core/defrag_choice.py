@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from scheduler_plugin.core import memory_only
 from scheduler_plugin.core.api import GPUView, NodeName, PodRequest, PodShareView, PodUID
 from scheduler_plugin.core.demand import FULL_PERCENT, Demand
 from scheduler_plugin.core.scheduler import Scheduler
@@ -79,7 +80,7 @@ def blocker_sets(
         found = core.allocation_of(candidate.request.uid)
         if found is not None:
             movable_core[candidate.node] += sum(s.core_percent for s in found[1].gpus)
-    need_total = demand.gpus * demand.core_need()
+    need_total = demand.gpus * _core_to_clear(demand)
     bounds: list[tuple[int, NodeName]] = []
     for node, pods in by_node.items():
         slot = state.slot_of.get(node)
@@ -130,18 +131,25 @@ def _gpu_blockers(
             continue
         free_core = FULL_PERCENT - gpu.allocated_core_percent
         free_mem = device.memory_bytes - gpu.allocated_memory_bytes
-        need_core, need_mem = demand.core_need(), demand.memory_need_on(device.memory_bytes)
+        need_core, need_mem = _core_to_clear(demand), demand.memory_need_on(device.memory_bytes)
+        # A share with compute never joins a memory-only one (core/memory_only.py); the view has no
+        # burst limits, so 0% reads as memory only here, and the simulation is the judge.
+        apart = 0 if memory_only.is_memory_only(demand) else sum(1 for p in gpu.pods if p.core_percent == 0)
         clear: list[Candidate] = []
         for share in sorted(gpu.pods, key=lambda p: order(p, movable)):
-            if free_core >= need_core and free_mem >= need_mem:
+            roomy = free_core >= need_core and free_mem >= need_mem
+            if roomy and not apart:
                 break
+            if roomy and share.core_percent != 0:
+                continue  # only memory-only shares are left to clear
             candidate = movable.get(share.uid)
             if candidate is None:
                 continue
             clear.append(candidate)
             free_core += share.core_percent
             free_mem += share.memory_bytes
-        if free_core < need_core or free_mem < need_mem:
+            apart -= 1 if apart and share.core_percent == 0 else 0
+        if free_core < need_core or free_mem < need_mem or apart:
             continue
         costs.append((len(clear), sum(map(model_held, clear)), gpu.allocated_core_percent, column, clear))
     if len(costs) < demand.gpus:
@@ -149,6 +157,11 @@ def _gpu_blockers(
     chosen = sorted(costs, key=lambda c: c[:4])[: demand.gpus]
     unique = {c.request.uid: c for *_, clear in chosen for c in clear}
     return list(unique.values())
+
+
+def _core_to_clear(demand: Demand) -> int:
+    """Compute a card must have free for one card of `demand`: all of it for a memory-only share."""
+    return FULL_PERCENT if memory_only.is_memory_only(demand) else demand.core_need()
 
 
 def _host_blockers(

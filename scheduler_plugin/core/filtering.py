@@ -8,14 +8,14 @@ afterwards, only for the nodes whose reasons are asked for (`reasons.py`).
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from scheduler_plugin.core import overcommit
+from scheduler_plugin.core import memory_only, overcommit
 from scheduler_plugin.core.api import PodRequest
 from scheduler_plugin.core.cluster import ClusterState
 from scheduler_plugin.core.demand import FULL_PERCENT, Demand
@@ -119,8 +119,8 @@ def fit(
         eligible = take(state.gpu_usable)
         if model_ok is not None:
             eligible = eligible & model_ok
-        fits = eligible & (take(state.core_free) >= demand.core_percent)
-        fits &= _memory_fits(demand, take(state.mem_free), take(state.mem_total))
+        fits = eligible & rule_fits(state, take, demand)
+        fits &= memory_fits(demand, take(state.mem_free), take(state.mem_total))
         if demand.burst is not None:
             fits &= overcommit.burst_fits(
                 demand, ratio=take(state.burst_ratio), mem_total=take(state.mem_total),
@@ -133,7 +133,7 @@ def fit(
     mig = None
     if demand.mig_eligible and state.mig_rows:
         mig_free = take(state.mig_free_max)
-        mig = (mig_free > 0) & _memory_fits(demand, mig_free, take(state.mem_total))
+        mig = (mig_free > 0) & memory_fits(demand, mig_free, take(state.mem_total))
         if model_ok is not None:
             mig &= model_ok
         gpu_ok |= mig.any(axis=1)
@@ -177,7 +177,23 @@ def node_rules_pass(state: ClusterState, rows: SlotArray, needs: PodNodeNeeds) -
     return ok
 
 
-def _memory_fits(demand: Demand, free: npt.NDArray[np.int64], total: npt.NDArray[np.int64]) -> BoolArray:
+def rule_fits(
+    state: ClusterState, take: Callable[[npt.NDArray[Any]], npt.NDArray[Any]], demand: Demand
+) -> BoolArray:
+    """The share's compute fits, and (core/memory_only.py) memory-only and compute shares stay apart.
+
+    A memory-only share needs the card's whole compute free, though it reserves none of it.
+    """
+    if memory_only.is_memory_only(demand):
+        alone: BoolArray = take(state.core_free) >= FULL_PERCENT
+        return alone
+    fits: BoolArray = take(state.core_free) >= demand.core_percent
+    if state.mem_only_rows:
+        fits &= ~take(state.mem_only_held)
+    return fits
+
+
+def memory_fits(demand: Demand, free: npt.NDArray[np.int64], total: npt.NDArray[np.int64]) -> BoolArray:
     """free >= demand.memory_need(total), without dividing (a ratio share compares products)."""
     ratio = demand.memory_ratio_percent
     if demand.memory_bytes is None and ratio is not None:

@@ -19,15 +19,16 @@ import numpy as np
 from apis import names
 from apis.mig import MIGMode
 from apis.quantity import format_bytes
-from scheduler_plugin.core import gpuchoice, mig_placement, overcommit
+from scheduler_plugin.core import gpuchoice, memory_only, mig_placement, overcommit
 from scheduler_plugin.core.cluster import ClusterState
-from scheduler_plugin.core.demand import Demand
+from scheduler_plugin.core.demand import FULL_PERCENT, Demand
 from scheduler_plugin.core.filtering import (
     SCOPE_GROUPS,
     BoolArray,
     Constraints,
     SlotArray,
     largest_group_count,
+    rule_fits,
 )
 from scheduler_plugin.core.labels import LabelIndex, matches
 from scheduler_plugin.core.noderules import refusal
@@ -199,6 +200,14 @@ def _gpu_reason(state: ClusterState, record: NodeRecord, slot: int, constraints:
         return Reason(f"{fitting} of {total} GPUs fully free, pod needs {need}", False)
     if not demand.whole and fitting < demand.gpus:
         return Reason(_share_reason(record, state, slot, demand, gpu_slots, fitting, need), False)
+    if not demand.whole:
+        # Room enough, but memory-only and compute shares keep to separate cards (core/memory_only.py).
+        apart = fits_row & rule_fits(state, lambda array: array[slot], demand)
+        if int(apart.sum()) < demand.gpus:
+            blocked = np.flatnonzero(fits_row & ~apart).tolist()
+            holders = [(record.gpus[g].index, FULL_PERCENT - int(state.core_free[slot, g])) for g in blocked]
+            return Reason(memory_only.refusal(demand, need, holders), False)
+        fits_row = apart
     if demand.burst is not None:
         fits_row = fits_row & _burst_row(state, slot, demand)
         if int(fits_row.sum()) < demand.gpus:

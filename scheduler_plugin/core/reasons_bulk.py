@@ -13,14 +13,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 
+from scheduler_plugin.core import memory_only
 from scheduler_plugin.core.cluster import ClusterState
+from scheduler_plugin.core.demand import FULL_PERCENT
 from scheduler_plugin.core.filtering import (
     BoolArray,
     Constraints,
     SlotArray,
+    memory_fits,
     node_rules_apply,
     node_rules_pass,
+    rule_fits,
     tolerated_sets,
 )
 from scheduler_plugin.core.labels import LabelIndex
@@ -168,6 +173,7 @@ def _gpu_reasons(
     core_free = state.core_free[slots[rows]]
     mem_free = state.mem_free[slots[rows]]
     mem_total = state.mem_total[slots[rows]]
+    fitting = _apart_reasons(state, slots, rows, fitting, usable, constraints, reasons, gpu_index)
     # Unusable columns (padding, other models) sort below any real GPU, even one whose free
     # core or memory is negative because bound pods over-allocated it.
     key = np.where(usable[rows], (core_free << _MEMORY_BITS) + mem_free, np.iinfo(np.int64).min)
@@ -179,6 +185,8 @@ def _gpu_reasons(
     best_mem = mem_free[picked, best].tolist()
     best_total = mem_total[picked, best].tolist()
     for k, i in enumerate(rows.tolist()):
+        if reasons[i] is not None:
+            continue
         index = gpu_index(int(slots[i]), int(best[k]))
         most = f"most free: GPU {index} with {best_core[k]}% core, {memory_words(best_mem[k])}"
         if demand.gpus == 1:
@@ -187,3 +195,34 @@ def _gpu_reasons(
         else:
             text = f"{int(fitting[i])} of {int(n_usable[i])} GPUs can take a card, pod needs {need} ({most})"
         reasons[i] = Reason(text, False)
+
+
+def _apart_reasons(
+    state: ClusterState,
+    slots: SlotArray,
+    rows: SlotArray,
+    fitting: npt.NDArray[np.int64],
+    usable: BoolArray,
+    constraints: Constraints,
+    reasons: list[Reason | None],
+    gpu_index: Callable[[int, int], int],
+) -> npt.NDArray[np.int64]:
+    """Reasons for `rows` that only the memory-only rule (core/memory_only.py) refuses; the GPUs that
+    fit each row without the rule, as `reasons.explain` counts them for the others."""
+    demand = constraints.demand
+    if not memory_only.is_memory_only(demand) and not state.mem_only_rows:
+        return fitting
+    at = slots[rows]
+    plain = usable[rows] & (state.core_free[at] >= demand.core_percent)
+    plain &= memory_fits(demand, state.mem_free[at], state.mem_total[at])
+    apart = plain & rule_fits(state, lambda array: array[at], demand)
+    fitting = fitting.copy()
+    counts = plain.sum(axis=1)
+    fitting[rows] = counts
+    need = describe_demand(demand)
+    for k in np.flatnonzero((counts >= demand.gpus) & (apart.sum(axis=1) < demand.gpus)).tolist():
+        i = int(rows[k])
+        blocked = np.flatnonzero(plain[k] & ~apart[k]).tolist()
+        held = [(gpu_index(int(slots[i]), g), FULL_PERCENT - int(state.core_free[at[k], g])) for g in blocked]
+        reasons[i] = Reason(memory_only.refusal(demand, need, held), False)
+    return fitting

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from apis.allocation import Allocation, GPUShare, share_memory_bytes
 from apis.devices import GPUInfo, MIGInstance, NodeDevices
-from scheduler_plugin.core import mig_placement, overcommit
+from scheduler_plugin.core import memory_only, mig_placement, overcommit
 from scheduler_plugin.core.api import NodeInfo, NodeName, PodRequest, PodUID
 from scheduler_plugin.core.cluster import ClusterState
 from scheduler_plugin.core.demand import FULL_PERCENT
@@ -107,6 +107,18 @@ class NodeRecord:
                     memory[slot] += share_memory_bytes(share, gpu_memory_bytes=self.gpus[slot].memory_bytes)
         return core, memory
 
+    def memory_only_slots(self) -> set[int]:
+        """GPU slots holding a memory-only share (core/memory_only.py)."""
+        return {
+            slot
+            for pod in self.pods.values()
+            if pod.allocation
+            for share in pod.allocation.gpus
+            if share.core_percent == 0
+            and memory_only.share_is_memory_only(share)
+            and (slot := self.share_slot(share)) is not None
+        }
+
     def host_usage(self) -> tuple[int, int]:
         cpu = sum(pod.request.cpu_milli for pod in self.pods.values())
         memory = sum(pod.request.memory_bytes for pod in self.pods.values())
@@ -168,6 +180,9 @@ def write_node_row(state: ClusterState, record: NodeRecord, slot: int) -> None:
     state.mem_free[slot] = mem_free
     state.model_id[slot] = model_id
     state.mig_free_max[slot] = mig_free
+    mem_only = record.memory_only_slots()
+    if mem_only or slot in state.mem_only_rows:  # a row without any is all False already
+        state.mem_only_held[slot] = [i in mem_only for i in range(count)] + [False] * pad
     state.nvlink_group[slot] = list(topo.nvlink) + [-1] * pad
     state.pcie_group[slot] = list(topo.pcie) + [-1] * pad
     state.numa_group[slot] = list(topo.numa) + [-1] * pad
@@ -200,6 +215,10 @@ def write_node_row(state: ClusterState, record: NodeRecord, slot: int) -> None:
         state.mig_rows.add(slot)
     else:
         state.mig_rows.discard(slot)
+    if mem_only:
+        state.mem_only_rows.add(slot)
+    else:
+        state.mem_only_rows.discard(slot)
     state.notify_changed(slot)
 
 

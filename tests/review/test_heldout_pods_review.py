@@ -3,8 +3,7 @@
 Each pod here is one the authors' tests never tried. It goes through the real
 parts (fgpu-scheduler's gRPC API -> fgpu-runtime-proxy -> the agent's hook ->
 real containerd), and what is checked is the container's OWN environment, as
-it printed it. A test marked xfail(strict) shows a defect that is still open:
-it fails today for the reason its marker names.
+it printed it. Each test was written failing, for a defect since fixed.
 
 The local stacks come from tests/e2e/conftest.py (imported below, so that this
 module gets its own shared stacks).
@@ -61,10 +60,6 @@ def _reserved_core(pod_run: podrun.PodRun) -> dict[str, int]:
     return {share.uuid: share.core_percent for share in allocation.gpus}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a memory-only share is placed beside pods that reserved a card's compute and runs with no compute limit "
-    "(CUDA_DEVICE_SM_LIMIT=0 is 'no limit' to HAMi-core), taking the compute they were given"
-))
 @pytest.mark.parametrize("isolation", [names.ISOLATION_HAMI_CORE, names.ISOLATION_MPS])
 def test_a_memory_only_pod_cannot_take_the_compute_other_pods_reserved_on_its_card(
     nodes: Callable[..., Node], isolation: str
