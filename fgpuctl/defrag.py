@@ -170,7 +170,10 @@ def _live(args: argparse.Namespace) -> LiveSnapshot | str:
     except LiveStateError as exc:
         return str(exc)
     except Exception as exc:  # an unreachable or refusing API server: one line for the operator, not a traceback
-        return f"--kubeconfig={args.kubeconfig}: {exc}"
+        message = str(exc)
+        if message.startswith(("--kubeconfig", "no --kubeconfig")):  # a kubeconfig that cannot be loaded says so
+            return message
+        return f"--kubeconfig={args.kubeconfig}: {message}"
 
 
 def plan_document(pending: TracePod, plan: Plan, notes: Sequence[str]) -> dict[str, Any]:

@@ -100,7 +100,10 @@ def from_api(kubeconfig: str) -> Collect:
         try:
             state, pending = _read_api(kubeconfig)
         except Exception as exc:  # an unreachable or refusing API server: one line, as fgpuctl inspect says it
-            raise SourceError(f"--kubeconfig={kubeconfig or '(default)'}: {exc}") from None
+            message = str(exc)
+            if not message.startswith(("--kubeconfig", "no --kubeconfig")):  # a kubeconfig that cannot be loaded says so
+                message = f"--kubeconfig={kubeconfig or '(default)'}: {message}"
+            raise SourceError(message) from None
         return _gathered(label("kubeconfig", kubeconfig), state.rows, pending,
                          live=lambda: snapshot_from_api(state), errors=(LiveStateError,))
 

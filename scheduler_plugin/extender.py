@@ -58,6 +58,10 @@ MANAGED_RESOURCES = (*names.KOORDINATOR_RESOURCES, names.NVIDIA_GPU)
 #: only without the API (embedded state), where the caller's pod is all there is.
 _POD_CACHE_SIZE = 10_000
 
+#: A pod in the filter cache: (namespace, name, uid). The UID alone is not enough: it is the
+#: caller's word, and a bind must never take another pod's requests that came with the same UID.
+_PodKey = tuple[str, str, str]
+
 #: The largest request body accepted. With `nodeCacheCapable: true` (as hack/deploy configures
 #: it) ExtenderArgs is the Pod plus the candidates' names: at Kubernetes' 5,000-node limit and
 #: names of at most 253 characters that is at most 5,000 x 256 B = 1.3 MB of names, and the API
@@ -94,7 +98,7 @@ class Extender:
         """`pods_from_api`: bind reads the pod from the API (kubernetes backend), never from a caller."""
         self._service = service
         self._pods_from_api = pods_from_api
-        self._pods: OrderedDict[str, JSON] = OrderedDict()
+        self._pods: OrderedDict[_PodKey, JSON] = OrderedDict()
         self._lock = threading.Lock()
 
     def filter(self, args: Mapping[str, Any]) -> JSON:
@@ -164,28 +168,38 @@ class Extender:
             log.info("extender bind of %s/%s to %s failed: %s", namespace, name, node, errors.describe(exc))
             return {"Error": errors.describe(exc)}
         with self._lock:
-            self._pods.pop(uid, None)
+            self._pods.pop((namespace, name, uid), None)
         return {"Error": ""}
 
     def _remember(self, pod: JSON) -> None:
         uid = pods.uid(pod)
         if not uid:
             return
+        key = _pod_key(pod)
         with self._lock:
-            self._pods[uid] = pod
-            self._pods.move_to_end(uid)
+            self._pods[key] = pod
+            self._pods.move_to_end(key)
             while len(self._pods) > _POD_CACHE_SIZE:
                 self._pods.popitem(last=False)
 
     def _pod_for_bind(self, *, namespace: str, name: str, uid: str) -> JSON:
         if not self._pods_from_api:
+            # Only the pod filter carried under this very namespace, name and UID; another pod
+            # filtered with the same UID is not this one. Without a match the state's own copy
+            # (a pod bound before) is read below, or the bind is refused as not found.
             with self._lock:
-                cached = self._pods.get(uid)
+                cached = self._pods.get((namespace, name, uid))
             if cached is not None:
                 return cached
         # With the API, the pod a filter call carried is the caller's word, not the pod: whoever
         # could call filter could otherwise have any requests signed for the named pod.
         return trusted_pod.from_api(self._service, namespace=namespace, name=name, uid=uid)
+
+
+def _pod_key(pod: Mapping[str, Any]) -> _PodKey:
+    """The cache key of a pod as bind names it (namespace defaulted as bind defaults it)."""
+    metadata = pods.meta(pod)
+    return str(metadata.get("namespace") or "default"), str(metadata.get("name") or ""), pods.uid(pod)
 
 
 def _pod_arg(args: Mapping[str, Any]) -> JSON:
@@ -196,7 +210,12 @@ def _pod_arg(args: Mapping[str, Any]) -> JSON:
 
 
 def _candidates(args: Mapping[str, Any]) -> tuple[list[JSON] | None, list[str]]:
-    """(node objects or None when only names were sent, node names)."""
+    """(node objects or None when only names were sent, node names).
+
+    Go's encoding/json writes a nil slice as null: kube-scheduler sends `NodeNames: null` when it
+    sends Nodes, and a NodeList it built by appending no node has `items: null`. Both are empty, not
+    malformed.
+    """
     node_names = field(args, "NodeNames")
     if node_names is not None:
         if not isinstance(node_names, list):
@@ -212,9 +231,13 @@ def _candidates(args: Mapping[str, Any]) -> tuple[list[JSON] | None, list[str]]:
     nodes = field(args, "Nodes")
     if nodes is None:
         return None, []
-    items = nodes.get("items") if isinstance(nodes, Mapping) else None
+    if not isinstance(nodes, Mapping):
+        raise InvalidRequest(f"ExtenderArgs.Nodes: expected a NodeList object, got {type(nodes).__name__}")
+    items = field(nodes, "items")
+    if items is None:
+        return [], []
     if not isinstance(items, list):
-        raise InvalidRequest("ExtenderArgs.Nodes: expected a NodeList with items")
+        raise InvalidRequest("ExtenderArgs.Nodes.items: expected a list of Node objects (or null for none)")
     objects = [n for n in items if isinstance(n, dict)]
     return objects, [str((n.get("metadata") or {}).get("name", "")) for n in objects]
 

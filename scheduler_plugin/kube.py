@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import urllib3
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from apis import kubeconfig as kubeconfig_loader
 from apis import names
 from scheduler_plugin.errors import KubeAPIError, WatchExpired
 
@@ -78,20 +79,12 @@ class Kube:
 
     @classmethod
     def connect(cls, *, kubeconfig: str = "", request_timeout_s: float = REQUEST_TIMEOUT_S) -> Kube:
-        """From a kubeconfig file; with none given, the in-cluster service account, then ~/.kube/config."""
-        try:
-            if kubeconfig:
-                api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-                return cls(api, request_timeout_s=request_timeout_s)
-            configuration = client.Configuration()
-            try:
-                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            except config.ConfigException:
-                config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            return cls(client.ApiClient(configuration), request_timeout_s=request_timeout_s)
-        except (config.ConfigException, OSError) as exc:
-            where = f"--kubeconfig={kubeconfig!r}" if kubeconfig else "in-cluster config and ~/.kube/config"
-            raise KubeAPIError(f"{where}: cannot load a Kubernetes client config ({exc}); give a valid kubeconfig") from exc
+        """From a kubeconfig file; with none given, the in-cluster service account, then ~/.kube/config.
+
+        Raises KubeAPIError (one line naming the flag, the file and the fix) for any kubeconfig the
+        client cannot use, whatever the client's loader raised for it.
+        """
+        return cls(_api_client(kubeconfig), request_timeout_s=request_timeout_s)
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
@@ -455,3 +448,10 @@ def _api_error(exc: ApiException) -> KubeAPIError:
             reason = str(body.get("reason") or "")
     kind = WatchExpired if status == 410 else KubeAPIError
     return kind(f"Kubernetes API: {status} {reason or ''} {message}".strip(), status=status, reason=reason)
+
+
+def _api_client(kubeconfig: str) -> client.ApiClient:
+    try:
+        return kubeconfig_loader.api_client(kubeconfig)
+    except kubeconfig_loader.KubeconfigError as exc:
+        raise KubeAPIError(str(exc)) from exc

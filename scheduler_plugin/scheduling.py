@@ -165,8 +165,13 @@ class SchedulingService:
     def filter(
         self, pod: Mapping[str, Any], node_names: Sequence[str] | None = None, *, request: PodRequest | None = None
     ) -> FilterOutcome:
-        """Verdicts for `node_names` (all nodes when None). `request`: the pod already parsed, if the caller has it."""
+        """Verdicts for `node_names` (all nodes when None; none for an empty list, as kube-scheduler's
+        extender protocol reads it). `request`: the pod already parsed, if the caller has it."""
         self._require_loaded()
+        if node_names is not None and not node_names:
+            # No candidate: nothing to judge. Never "every node": kube-scheduler refuses an answer
+            # that names a node it did not send.
+            return FilterOutcome(verdicts=())
         with self.metrics.timed(Phase.FILTER):
             try:
                 request = request or self.request(pod)
@@ -174,7 +179,7 @@ class SchedulingService:
                 message = "; ".join(exc.errors) or str(exc)
                 verdicts = tuple(NodeVerdict(NodeName(n), False, message, unresolvable=True) for n in node_names or ())
                 return FilterOutcome(verdicts=verdicts, pod_error=message)
-            nodes = [NodeName(n) for n in node_names] if node_names else None
+            nodes = None if node_names is None else [NodeName(n) for n in node_names]
             with self._lock:
                 verdicts = tuple(self._core.filter(request, nodes))
         self.metrics.record_reasons([v.reason for v in verdicts if not v.feasible])
