@@ -2,7 +2,9 @@
 
 Every server in the project serves the standard `grpc.health.v1.Health`
 service and server reflection, so an operator can always run
-`grpcurl -plaintext -unix SOCKET list` against it.
+`grpcurl -plaintext -unix SOCKET list` (and `describe`) against it.
+Reflection lists only what the server serves; health may also report on
+services served elsewhere (`reported`).
 """
 
 from __future__ import annotations
@@ -113,14 +115,27 @@ def add_listener(
     return addr
 
 
-def add_health_and_reflection(server: grpc.Server, service_names: Iterable[str]) -> health.HealthServicer:
-    """Registers health (every service SERVING) and reflection for `service_names`."""
+def add_health_and_reflection(
+    server: grpc.Server, service_names: Iterable[str], *, reported: Iterable[str] = ()
+) -> health.HealthServicer:
+    """Registers health and reflection: `service_names` are served here, `reported` only watched.
+
+    Every name in `service_names` is a service this server serves: health says SERVING for it and
+    reflection lists it (its descriptors must be in the default pool, or `grpcurl describe` fails).
+    A name in `reported` is a service served elsewhere whose state this server reports (the runtime
+    proxy's admin socket speaks for containerd's CRI services): health answers for it, starting at
+    NOT_SERVING until the caller learns better, and reflection leaves it out.
+    """
     names = list(service_names)
     servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     for name in names:
         servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    for name in reported:
+        if name in names:
+            raise ValueError(f"{name!r} is both served and reported; a service is one or the other")
+        servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     reflection.enable_server_reflection(
         [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,

@@ -12,7 +12,7 @@ descriptor (`stages`); hook servers register for them (`hookconfig`) and are
 called by `hookclient`, over one HTTP/2 connection per server that the proxy
 drives itself from its event loop with the relay's codecs (`hook_connection`). `verdicts` folds the hooks' outcomes into what happens
 to the call, `edits` merges their answers; `runtime_client` asks the runtime
-about a call's pod; `metrics`, `logs`, `errors`, `config`.
+about a call's pod; `backend_health` whether the runtime can be reached (the admin socket's health); `metrics`, `logs`, `errors`, `config`.
 
 Words: a hook *rejects* a call (`HookResponse.rejection`, "rejected" in
 metrics and messages); the proxy *refuses* one when it answers kubelet itself

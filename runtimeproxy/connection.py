@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from runtimeproxy import peer_errors, refusal, request_pump, response_pump
 from runtimeproxy.relay_state import ConnectionState, ReadBuffer, RelayContext, Transport
@@ -39,8 +40,11 @@ class _BackendSide(asyncio.BufferedProtocol):
 class Connection(ConnectionState):
     """One kubelet connection and the runtime connection paired with it."""
 
-    def __init__(self, relay: RelayContext, client: Transport) -> None:
+    def __init__(
+        self, relay: RelayContext, client: Transport, *, on_backend_lost: Callable[[], None] = lambda: None
+    ) -> None:
         super().__init__(relay, client)
+        self._on_backend_lost = on_backend_lost
         self.dial_task = asyncio.get_running_loop().create_task(self._dial())
 
     # --- lifecycle --------------------------------------------------------------------------------
@@ -78,3 +82,4 @@ class Connection(ConnectionState):
             self, f"fgpu-runtime-proxy: lost the connection to the container runtime at {self.relay.backend_name}"
         )
         self.close()
+        self._on_backend_lost()

@@ -50,16 +50,23 @@ class Relay:
     """Accepts kubelet connections on a listener and relays each one to the runtime."""
 
     def __init__(
-        self, *, dial: Dialer, handler: CallHandler, backend_name: str, on_backend_connect: Callable[[bool], None]
+        self, *, dial: Dialer, handler: CallHandler, backend_name: str, on_backend_connect: Callable[[bool], None],
+        on_backend_lost: Callable[[], None] = lambda: None,
     ) -> None:
         self.dial = dial
         self.handler = handler
         self.backend_name = backend_name
         self._on_backend_connect = on_backend_connect
+        self._on_backend_lost = on_backend_lost
         self.connections: set[ConnectionState] = set()
 
     def on_backend_connect(self, ok: bool) -> None:
+        """A connection's dial of the runtime worked or (after its retries) failed."""
         self._on_backend_connect(ok)
+
+    def on_backend_lost(self) -> None:
+        """The runtime closed a connection the relay had not closed itself (restart, crash)."""
+        self._on_backend_lost()
 
     def protocol(self) -> asyncio.BaseProtocol:
         return _ClientSide(self)
@@ -92,7 +99,7 @@ class _ClientSide(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
-        self.conn = Connection(self.relay, transport)
+        self.conn = Connection(self.relay, transport, on_backend_lost=self.relay.on_backend_lost)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._reads.get_buffer(sizehint)

@@ -8,7 +8,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -18,6 +18,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 
 from apis import grpc_server, names
 from runtimeproxy import cri_calls
+from runtimeproxy.backend_health import BackendHealth
 from runtimeproxy.call_specs import CallSpecs
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.hookclient import HookClient
@@ -30,20 +31,31 @@ from runtimeproxy.runtime_client import RuntimeClient
 
 log = logging.getLogger(__name__)
 
+#: The runtime's services, whose health the admin socket reports (it serves neither).
+CRI_SERVICES = (names.CRI_RUNTIME_SERVICE, names.CRI_IMAGE_SERVICE)
 
-def make_dialer(config: ProxyConfig) -> Dialer:
-    """Dials the runtime, retrying with backoff for up to backend_dial_timeout_s (containerd restarting)."""
+
+def make_connector(config: ProxyConfig) -> Dialer:
+    """Dials the runtime once, for at most backend_dial_timeout_s (a TCP connect can hang; a unix one cannot)."""
     addr = grpc_server.parse_address(config.backend, field="backend")
 
     async def connect(factory: Callable[[], asyncio.BaseProtocol]) -> asyncio.Transport:
         loop = asyncio.get_running_loop()
-        if addr.unix_path is not None:
-            transport, _ = await loop.create_unix_connection(factory, addr.unix_path)
-        else:
-            assert addr.hostport is not None
-            host, _, port = addr.hostport.rpartition(":")
-            transport, _ = await loop.create_connection(factory, host, int(port))
+        async with asyncio.timeout(config.backend_dial_timeout_s):
+            if addr.unix_path is not None:
+                transport, _ = await loop.create_unix_connection(factory, addr.unix_path)
+            else:
+                assert addr.hostport is not None
+                host, _, port = addr.hostport.rpartition(":")
+                transport, _ = await loop.create_connection(factory, host, int(port))
         return transport
+
+    return connect
+
+
+def make_dialer(config: ProxyConfig) -> Dialer:
+    """Dials the runtime, retrying with backoff for up to backend_dial_timeout_s (containerd restarting)."""
+    connect = make_connector(config)
 
     async def dial(factory: Callable[[], asyncio.BaseProtocol]) -> asyncio.Transport:
         async for attempt in AsyncRetrying(
@@ -57,6 +69,21 @@ def make_dialer(config: ProxyConfig) -> Dialer:
         raise AssertionError("unreachable")
 
     return dial
+
+
+def make_probe(config: ProxyConfig) -> Callable[[], Awaitable[None]]:
+    """One dial of the runtime, closed at once: raises OSError when it cannot be reached.
+
+    It sends nothing; containerd's gRPC server drops a connection that closes before the HTTP/2
+    preface without a log line.
+    """
+    connect = make_connector(config)
+
+    async def probe() -> None:
+        transport = await connect(asyncio.Protocol)
+        transport.close()
+
+    return probe
 
 
 class RuntimeProxy:
@@ -79,6 +106,7 @@ class RuntimeProxy:
         self._server: asyncio.Server | None = None
         self._admin: grpc.Server | None = None
         self._health: Any = None
+        self.backend_health: BackendHealth | None = None
         self._http: Any = None
         self._refresher: asyncio.Task[None] | None = None
         self._socket_id: tuple[int, int] | None = None
@@ -95,7 +123,7 @@ class RuntimeProxy:
         )
         self.relay = Relay(
             dial=make_dialer(cfg), handler=self.handler, backend_name=cfg.backend,
-            on_backend_connect=self._backend_connect,
+            on_backend_connect=self._backend_connect, on_backend_lost=self._backend_lost,
         )
         loop = asyncio.get_running_loop()
         addr = grpc_server.parse_address(cfg.listen, field="listen")
@@ -124,18 +152,29 @@ class RuntimeProxy:
 
     def _start_admin(self, address: str) -> None:
         self._admin = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="admin"))
-        self._health = grpc_server.add_health_and_reflection(
-            self._admin, [names.CRI_RUNTIME_SERVICE, names.CRI_IMAGE_SERVICE]
-        )
+        # The admin socket serves health and reflection only: reflection lists those, while health
+        # also reports on the runtime's CRI services (NOT_SERVING until a dial of it worked).
+        self._health = grpc_server.add_health_and_reflection(self._admin, [], reported=CRI_SERVICES)
         grpc_server.add_listener(self._admin, address, field="admin-listen")
         self._admin.start()
+        self.backend_health = BackendHealth(
+            probe=make_probe(self.config), report=self._report_backend, backend_name=self.config.backend
+        )
+        self.backend_health.start()
 
     def _backend_connect(self, ok: bool) -> None:
         self.metrics.backend_dials.labels("ok" if ok else "failed").inc()
-        if self._health is not None:
-            status = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
-            for service in (names.CRI_RUNTIME_SERVICE, names.CRI_IMAGE_SERVICE):
-                self._health.set(service, status)
+        if self.backend_health is not None:
+            self.backend_health.dialled(ok)
+
+    def _backend_lost(self) -> None:
+        if self.backend_health is not None and not self._stopping:
+            self.backend_health.lost()
+
+    def _report_backend(self, reachable: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if reachable else health_pb2.HealthCheckResponse.NOT_SERVING
+        for service in CRI_SERVICES:
+            self._health.set(service, status)
 
     async def _refresh_hooks(self) -> None:
         while True:
@@ -165,6 +204,8 @@ class RuntimeProxy:
         if self.handler is not None:
             for task in list(self.handler.background):
                 task.cancel()
+        if self.backend_health is not None:
+            await self.backend_health.close()
         if self._admin is not None:
             self._admin.stop(grace=None)
         if self._http is not None:

@@ -10,8 +10,9 @@ directly.
 - `POST /validate`: on CREATE, the verdict of webhook/validating.py; on UPDATE
   the same, but only when the update changes the pod's resources (on a real
   cluster it never does: they are immutable); DELETE, CONNECT allowed.
-- A write to a pod subresource (pods/status, pods/binding, ...) is allowed,
-  unchanged: the webhook judges pods as they are created.
+- A write to a pod subresource (pods/status, pods/binding, pods/eviction,
+  ...) is allowed, unchanged, whatever its kind (Binding, policy/v1
+  Eviction, ...): the webhook judges pods as they are created.
 - A review for any other kind is refused with code 400, saying that the
   webhook configuration's rules should list pods only.
 - `dryRun` changes nothing: the webhook has no side effects, so a dry run gets
@@ -84,14 +85,20 @@ class Admission:
         return 200, JSON, review.encode(request.uid, verdict)
 
     def _judge(self, request: AdmissionRequest, decide: Callable[[AdmissionRequest], Verdict]) -> Verdict:
+        if request.sub_resource and request.resource in ("", "pods"):
+            # Before the kind check: the API server sends a subresource write with the subresource's
+            # own kind (pods/binding: v1 Binding, pods/eviction: policy/v1 Eviction), and refusing
+            # one would stop every bind under failurePolicy Fail. The answer is a bare "allowed", as
+            # for every other request the webhook does not judge.
+            log.debug("%s %s/%s (%s) by %s: allowed, subresource %s is not judged", request.operation,
+                      request.namespace, request.name, request.kind, request.username, request.sub_resource)
+            return Verdict()
         if request.kind != POD or request.resource not in ("", "pods"):
             return Verdict.deny(
                 f"fgpu-webhook admits v1 Pods only, not {request.kind} ({request.resource or 'no resource'}); "
                 "list only pods in the webhook configuration's rules",
                 code=400, reason="BadRequest",
             )
-        if request.sub_resource:
-            return Verdict()
         verdict = decide(request)
         if (not verdict.allowed or verdict.patch) and log.isEnabledFor(logging.DEBUG):
             # Debug: a controller retrying a refused pod must not flood the log; the API server's

@@ -1,11 +1,10 @@
-"""Review of fgpu's documented interfaces with the clients that use them: defects found, each xfail(strict).
+"""Review of fgpu's documented interfaces with the clients that use them: each test a defect found, since fixed.
 
 Each interface is driven as its real client drives it: the scheduler extender over HTTP with
 kube-scheduler's `k8s.io/kube-scheduler/extender/v1` JSON, the webhook with AdmissionReview v1 bodies
 as kube-apiserver sends them, the runtime proxy's admin socket with the real `grpcurl` and the gRPC
 health protocol, the scheduler's /metrics as Prometheus scrapes it, and the command lines with a
-broken kubeconfig. Each test is marked `xfail(strict=True)` while its defect stands, so the suite stays
-green and the marker must go with the fix.
+broken kubeconfig. Each test was written failing (strict xfail) and its marker removed with the fix.
 """
 
 from __future__ import annotations
@@ -75,7 +74,6 @@ def extender_url() -> Iterator[str]:
             app.stop(1.0)
 
 
-@pytest.mark.xfail(strict=True, reason="extender filter treats an empty NodeNames as 'every node' and answers nodes it was not sent")
 def test_filter_of_an_empty_candidate_list_answers_no_node_it_was_not_sent(extender_url: str) -> None:
     # kube-scheduler rejects an answer naming a node outside its input ("extender claims a filtered
     # node which is not found in the input node list"); scheduling.filter() reads [] as "all nodes".
@@ -87,7 +85,6 @@ def test_filter_of_an_empty_candidate_list_answers_no_node_it_was_not_sent(exten
     assert result["FailedNodes"] == {} and result["FailedAndUnresolvableNodes"] == {}
 
 
-@pytest.mark.xfail(strict=True, reason="extender refuses with 400 an empty NodeList as Go encodes it (items: null)")
 @pytest.mark.parametrize("verb", ["filter", "prioritize"])
 def test_an_empty_node_list_as_go_encodes_it_is_an_empty_answer_not_a_400(extender_url: str, verb: str) -> None:
     # With nodeCacheCapable: false kube-scheduler builds `&v1.NodeList{}` and appends: no node leaves
@@ -99,7 +96,6 @@ def test_an_empty_node_list_as_go_encodes_it_is_an_empty_answer_not_a_400(extend
     assert result == [] if verb == "prioritize" else result["Nodes"]["items"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="scheduler's unschedulable_reasons label carries pod-chosen text: unbounded series")
 def test_a_pod_author_cannot_mint_new_metric_series_with_its_annotations(extender_url: str) -> None:
     # fgpu.io/gpu-model-use is the pod author's; its value lands in the `reason` label verbatim
     # (digits only become N), so each edit of a pending pod's annotation adds a series for good.
@@ -141,7 +137,6 @@ def embedded_extender() -> Iterator[tuple[str, Path]]:
             app.stop(1.0)
 
 
-@pytest.mark.xfail(strict=True, reason="embedded extender bind picks the cached pod by UID alone: binds another pod's request")
 def test_bind_of_a_pod_never_binds_another_pod_that_was_filtered_with_the_same_uid(
     embedded_extender: tuple[str, Path],
 ) -> None:
@@ -173,7 +168,6 @@ def _admit(path: str, body: dict[str, Any]) -> dict[str, Any]:
     return response
 
 
-@pytest.mark.xfail(strict=True, reason="webhook refuses pods/binding and pods/eviction (kind Binding/Eviction) as 'not a Pod'")
 @pytest.mark.parametrize("path", ["/mutate", "/validate"])
 @pytest.mark.parametrize(
     ("sub_resource", "gvk", "obj"),
@@ -231,7 +225,6 @@ def proxy_admin() -> Iterator[str]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-@pytest.mark.xfail(strict=True, reason="admin socket's reflection lists runtime.v1 services it cannot describe; grpcurl describe fails")
 def test_grpcurl_describes_every_service_the_admin_socket_lists(proxy_admin: str) -> None:
     # docs/runtime-proxy.md: "grpcurl -plaintext -unix .../runtimeproxy-admin.sock list". An operator's
     # next command, `describe`, exits 1: "Symbol not found: runtime.v1.ImageService".
@@ -243,7 +236,6 @@ def test_grpcurl_describes_every_service_the_admin_socket_lists(proxy_admin: str
     assert described.returncode == 0, described.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="proxy admin health says SERVING for runtime.v1 before ever dialling an absent containerd")
 def test_the_admin_health_of_the_runtime_service_is_not_serving_while_containerd_is_down(proxy_admin: str) -> None:
     # docs/runtime-proxy.md: "runtime.v1.RuntimeService turns NOT_SERVING while containerd cannot be
     # dialled". Health is set only when a kubelet connection dials; until then it reads SERVING.
@@ -267,7 +259,6 @@ def broken_kubeconfig() -> Iterator[str]:
         yield str(path)
 
 
-@pytest.mark.xfail(strict=True, reason="Kube.connect lets yaml errors out: fgpuctl's message names no flag, daemons print a traceback")
 @pytest.mark.parametrize(
     "argv",
     [["fgpuctl", "inspect"], ["kubectl-fgpu", "top"], ["fgpu-descheduler", "--metrics-port", "0"]],

@@ -116,6 +116,50 @@ def test_a_write_to_a_pod_subresource_is_allowed_unchanged(sub_resource: str) ->
     assert answer["response"] == {"uid": sent["request"]["uid"], "allowed": True}
 
 
+# kube-apiserver sends a subresource write with the subresource's own kind: a bind is a CREATE of
+# pods/binding with a v1 Binding, a drain's eviction a CREATE of pods/eviction with a policy/v1 Eviction.
+BINDING = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p1", "namespace": "ml"},
+           "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}
+EVICTION = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p1", "namespace": "ml"},
+            "deleteOptions": {"gracePeriodSeconds": 30}}
+
+
+@pytest.mark.parametrize("path", ["/mutate", "/validate"])
+@pytest.mark.parametrize(
+    ("sub_resource", "kind", "obj"),
+    [("binding", {"group": "", "version": "v1", "kind": "Binding"}, BINDING),
+     ("eviction", {"group": "policy", "version": "v1", "kind": "Eviction"}, EVICTION),
+     ("eviction", {"group": "policy", "version": "v1beta1", "kind": "Eviction"}, EVICTION | {"apiVersion": "policy/v1beta1"})],
+    ids=["binding", "eviction", "eviction-v1beta1"],
+)
+def test_a_subresource_write_of_another_kind_is_allowed_unchanged_not_refused_as_not_a_pod(
+    path: str, sub_resource: str, kind: dict[str, str], obj: dict[str, Any]
+) -> None:
+    sent = review(obj, kind=kind, sub_resource=sub_resource)
+    status, answer = post(path, sent)
+    assert status == 200
+    assert answer["response"] == {"uid": sent["request"]["uid"], "allowed": True}
+
+
+def test_a_subresource_of_another_resource_is_still_refused_saying_to_fix_the_rules() -> None:
+    # Only pods' subresources are waved through: deployments/scale means the rules list too much.
+    kind = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+    sent = review({"metadata": {"name": "train", "namespace": "ml"}}, kind=kind, resource="deployments",
+                  sub_resource="scale", operation="UPDATE")
+    _, answer = post("/validate", sent)
+    refusal = answer["response"]
+    assert refusal["allowed"] is False and refusal["status"]["code"] == 400
+    assert "not autoscaling/v1 Scale (deployments)" in refusal["status"]["message"]
+
+
+def test_a_pod_create_is_still_judged_next_to_subresource_writes() -> None:
+    invalid = pod(resources={names.GPU_CORE: "150"}, scheduler="fgpu-scheduler")
+    _, refused = post("/validate", review(invalid))
+    _, patched = post("/mutate", review(GPU_POD))
+    assert refused["response"]["allowed"] is False and refused["response"]["status"]["code"] == 403
+    assert patched["response"]["patchType"] == "JSONPatch"
+
+
 def test_an_update_is_never_mutated() -> None:
     old = pod(resources={names.NVIDIA_GPU: 1}, annotations={names.DEVICE_ALLOCATED: "{}"})
     _, answer = post("/mutate", review(old, operation="UPDATE", old=old))

@@ -1,0 +1,113 @@
+"""Whether the runtime can be reached, found out without waiting for kubelet: the admin socket's CRI health.
+
+The admin socket reports `runtime.v1.RuntimeService` and `ImageService` as
+SERVING while containerd can be dialled and NOT_SERVING while it cannot
+(docs/runtime-proxy.md). Kubelet's connections tell the relay as they go (a
+dial that worked or failed, a runtime connection lost), but before kubelet
+first connects, or while it has no connection open, nothing would dial. So
+`BackendHealth` dials by itself: once at start, and while the runtime stays
+unreachable again after a wait that doubles from `first_wait_s` up to
+`max_wait_s`, until one dial works. While the runtime is up, the relay's
+events are the news: a failed dial says down at once (and starts the watch
+again); a lost runtime connection only starts the watch, since one closed
+connection does not mean the runtime is gone.
+
+It runs on the proxy's event loop and never blocks it: a dial is one
+non-blocking connect, bounded by the caller's `probe`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+#: Raises OSError (TimeoutError included) when the runtime cannot be dialled; returns once it was.
+Probe = Callable[[], Awaitable[None]]
+
+
+class BackendHealth:
+    """The runtime's reachability, reported through `report(reachable)` each time it changes."""
+
+    def __init__(
+        self, *, probe: Probe, report: Callable[[bool], None], backend_name: str,
+        first_wait_s: float = 0.25, max_wait_s: float = 5.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        if not 0 < first_wait_s <= max_wait_s:
+            raise ValueError(f"first_wait_s={first_wait_s}, max_wait_s={max_wait_s}: need 0 < first <= max")
+        self._probe = probe
+        self._report = report
+        self._backend_name = backend_name
+        self._first_wait_s = first_wait_s
+        self._max_wait_s = max_wait_s
+        self._sleep = sleep
+        #: None until the first dial's outcome is known
+        self.reachable: bool | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def watching(self) -> bool:
+        return self._watch is not None and not self._watch.done()
+
+    def start(self) -> None:
+        """Dials at once, in a task of the running loop (the proxy's start does not wait for it)."""
+        self._ensure_watching()
+
+    def dialled(self, ok: bool) -> None:
+        """A relay dial's outcome (after its own retries)."""
+        if ok:
+            self._stop_watching()
+            self._set(True, "")
+        else:
+            self._set(False, "a kubelet connection could not dial it")
+            self._ensure_watching()
+
+    def lost(self) -> None:
+        """The runtime closed a connection the relay had open: dial to see whether it is still there."""
+        self._ensure_watching()
+
+    async def close(self) -> None:
+        self._closed = True
+        task, self._watch = self._watch, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _ensure_watching(self) -> None:
+        if not self._closed and not self.watching:
+            self._watch = asyncio.get_running_loop().create_task(self._watch_until_reachable())
+
+    def _stop_watching(self) -> None:
+        task, self._watch = self._watch, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _watch_until_reachable(self) -> None:
+        wait = self._first_wait_s
+        while True:
+            try:
+                await self._probe()
+            except OSError as exc:  # asyncio.TimeoutError is TimeoutError, an OSError
+                self._set(False, str(exc) or type(exc).__name__)
+            else:
+                self._set(True, "")
+                return
+            await self._sleep(wait)
+            wait = min(wait * 2, self._max_wait_s)
+
+    def _set(self, reachable: bool, why: str) -> None:
+        if reachable == self.reachable:
+            return
+        self.reachable = reachable
+        if reachable:
+            log.info("runtime reachable backend=%s", self._backend_name)
+        else:
+            log.warning("runtime unreachable backend=%s error=%r; dialling again every %.2g s at most",
+                        self._backend_name, why, self._max_wait_s)
+        self._report(reachable)
