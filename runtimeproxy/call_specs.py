@@ -120,7 +120,7 @@ class ByContainerId(Generic[R]):
         sandbox = await runtime.sandbox(container.pod_sandbox_id)
         return Subject(
             pod=crimsg.pod_facts_from_status(sandbox),
-            ident={"container": container.metadata.name, "container_id": container_id},
+            ident={"container": container.metadata.name, "container_id": container.id},
             sandbox=sandbox, container=container,
         )
 

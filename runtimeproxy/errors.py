@@ -23,7 +23,15 @@ class HookCallError(ProxyError):
 
 
 class RuntimeLookupError(ProxyError):
-    """The runtime could not tell the proxy about a container or sandbox it asked for."""
+    """The runtime could not tell the proxy about a container or sandbox it asked for.
+
+    `not_found`: the runtime answered, and has no such object (the call itself will fail the same
+    way there); otherwise the runtime could not be asked (down, slow, an error).
+    """
+
+    def __init__(self, message: str, *, not_found: bool = False) -> None:
+        super().__init__(message)
+        self.not_found = not_found
 
 
 def grpc_code(status: grpc.StatusCode) -> int:

@@ -33,7 +33,7 @@ from runtimeproxy.call_specs import CallSpec, CallSpecs, Runtime, Subject
 from runtimeproxy.calls import Forward, Refuse, StreamKind
 from runtimeproxy.errors import HookCallError, RuntimeLookupError, grpc_code
 from runtimeproxy.hookclient import HookClient
-from runtimeproxy.hookconfig import HookRegistry, HookServer
+from runtimeproxy.hookconfig import FailurePolicy, HookRegistry, HookServer
 from runtimeproxy.logs import event
 from runtimeproxy.metrics import ProxyMetrics
 from runtimeproxy.stages import Stage
@@ -128,9 +128,17 @@ class HookedCalls:
         try:
             subject = await spec.pod.find(req, self.runtime)
         except RuntimeLookupError as exc:
-            # The runtime will answer this call itself (most likely NotFound): let it.
-            event(log, logging.WARNING, "lookup failed; call forwarded unhooked", **spec.pod.ids(req), error=str(exc))
-            return Forward()
+            required = [s.name for s in self.registry.servers(stage) if s.failure_policy is FailurePolicy.FAIL]
+            if exc.not_found or not required:
+                # No such object: the runtime fails this call the same way itself. Or no hook must run.
+                event(log, logging.WARNING, "lookup failed; call forwarded unhooked", **spec.pod.ids(req),
+                      error=str(exc))
+                return Forward()
+            # A hook that must run cannot be given the call's pod: forwarding unhooked would skip it.
+            reason = (f"the runtime could not be asked which pod this call is for ({exc}), so hook "
+                      f"{', '.join(required)} (failurePolicy Fail) could not run; retry when the runtime answers")
+            event(log, logging.WARNING, f"{spec.method} refused", reason=reason, **spec.pod.ids(req))
+            return self._refuse(spec, "runtime_lookup", grpc_code(grpc.StatusCode.UNAVAILABLE), reason)
         ident = subject.log_fields()
         if verdicts.bypasses_hooks(subject.pod, hook_server_namespaces=self.hook_server_namespaces):
             if gpu is not None:

@@ -42,11 +42,16 @@ class RuntimeClient:
             )
         except grpc.aio.AioRpcError as exc:
             raise RuntimeLookupError(f"ListContainers(id={container_id}): {exc.code().name}: {exc.details()}") from None
-        for container in resp.containers:
-            if container.id == container_id:
-                found: cri.Container = container
-                return found
-        raise RuntimeLookupError(f"container {container_id} not found in the runtime")
+        matches = [c for c in resp.containers if c.id == container_id]
+        if not matches and container_id:
+            # containerd takes any unique prefix of an ID (crictl passes IDs as typed), as its filter did here
+            matches = [c for c in resp.containers if c.id.startswith(container_id)]
+        if len(matches) > 1:
+            raise RuntimeLookupError(f"container id {container_id!r} is a prefix of {len(matches)} containers' ids")
+        if not matches:
+            raise RuntimeLookupError(f"container {container_id} not found in the runtime", not_found=True)
+        found: cri.Container = matches[0]
+        return found
 
     async def sandbox(self, sandbox_id: str) -> cri.PodSandboxStatus:
         try:
@@ -54,7 +59,10 @@ class RuntimeClient:
                 cri.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id), timeout=self.timeout_s
             )
         except grpc.aio.AioRpcError as exc:
-            raise RuntimeLookupError(f"PodSandboxStatus({sandbox_id}): {exc.code().name}: {exc.details()}") from None
+            raise RuntimeLookupError(
+                f"PodSandboxStatus({sandbox_id}): {exc.code().name}: {exc.details()}",
+                not_found=exc.code() == grpc.StatusCode.NOT_FOUND,
+            ) from None
         status: cri.PodSandboxStatus = resp.status
         return status
 

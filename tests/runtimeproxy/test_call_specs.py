@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -9,9 +10,11 @@ from typing import Any
 import pytest
 
 from apis import names
+from apis.cri.v1 import runtime_partial_pb2 as cri
 from runtimeproxy import cri_calls
 from runtimeproxy.call_specs import CallSpec, CallSpecs
-from runtimeproxy.calls import StreamKind
+from runtimeproxy.calls import Forward, Refuse, StreamKind
+from runtimeproxy.errors import RuntimeLookupError
 from runtimeproxy.hookclient import HookClient
 from runtimeproxy.hookconfig import HookRegistry
 from runtimeproxy.interception import HookedCalls
@@ -106,3 +109,51 @@ def test_a_spec_that_does_not_fit_its_stage_is_refused_at_load(spec: CallSpec[An
 def test_a_method_intercepted_twice_is_refused_at_load() -> None:
     with pytest.raises(ValueError, match="intercepts this method already"):
         CallSpecs([*cri_calls.SPECS, replace(cri_calls.STOP_CONTAINER, stage=RUNTIME_HOOKS["PostStartContainer"])])
+
+
+class _RuntimeThatCannotTell:
+    """The runtime the proxy asks which pod a call is for, answering with one lookup error."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def container(self, container_id: str) -> Any:
+        raise self.error
+
+    async def sandbox(self, sandbox_id: str) -> Any:
+        raise self.error
+
+
+def _update_handler(tmp_path: Path, policy: str, error: Exception) -> HookedCalls:
+    (tmp_path / "10-update.yaml").write_text(
+        f"name: update\nendpoint: unix:///update.sock\nstages: [PreUpdateContainerResources]\nfailurePolicy: {policy}\n"
+    )
+    metrics = ProxyMetrics()
+    return HookedCalls(registry=HookRegistry(str(tmp_path)), hooks=HookClient(metrics=metrics),
+                       runtime=_RuntimeThatCannotTell(error),  # type: ignore[arg-type]
+                       metrics=metrics, force_void=True, hook_server_namespaces=())
+
+
+@pytest.mark.parametrize(
+    ("policy", "not_found", "refused"),
+    [
+        ("Fail", False, True),  # the runtime cannot be asked: a hook that must run is not skipped
+        ("Fail", True, False),  # no such container: the runtime fails the call itself
+        ("Ignore", False, False),  # no hook must run
+    ],
+)
+def test_a_call_whose_pod_the_runtime_cannot_tell_is_refused_only_when_a_hook_must_run(
+    tmp_path: Path, policy: str, not_found: bool, refused: bool
+) -> None:
+    error = RuntimeLookupError("ListContainers(id=abc): UNAVAILABLE: connection refused", not_found=not_found)
+    handler = _update_handler(tmp_path, policy, error)
+    request = cri.UpdateContainerResourcesRequest(container_id="abc").SerializeToString()
+    path = f"/{names.CRI_RUNTIME_SERVICE}/UpdateContainerResources".encode()
+    answer = asyncio.run(handler.edit(path, request))
+    if refused:
+        assert isinstance(answer, Refuse)
+        assert answer.code == 14  # UNAVAILABLE: kubelet retries
+        assert "hook update (failurePolicy Fail) could not run" in answer.message
+        assert "connection refused" in answer.message
+    else:
+        assert answer == Forward()
