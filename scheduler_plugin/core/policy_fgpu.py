@@ -83,7 +83,7 @@ class FGPUParams:
     #: frequency of fitting shapes at which a hole is sure to be filled (see `HoleWaste`)
     fill_supply: Annotated[
         float, Param("frequency of fitting pods at which a hole is sure to be filled (0 = always filled)")
-    ] = 0.02
+    ] = 0.04
     #: 1: the term is the milli-GPU of multi-GPU pods expected to be refused, the unit of Δfrag itself
     lump_weight: Annotated[
         float, Param("weight of the multi-GPU pods expected to be refused for the spots a placement takes (0 = off)")
