@@ -1,26 +1,39 @@
 """What GPUs this node has: NVML (and sysfs) read into `apis.devices.NodeDevices`.
 
 Discovery reports facts only; health is the health tracker's business and is
-overlaid later. A GPU that answers its UUID but fails afterwards with a
-"GPU gone" error is still reported, marked unhealthy, so the scheduler sees
-it disappear rather than silently shrink the node.
+overlaid later. An NVML error on one GPU stays that GPU's: one that answers its
+UUID but fails a later call (lost, or a query it does not support) is still
+reported, marked unhealthy with the error and the fix, so the scheduler sees
+it disappear rather than silently shrink the node, and the other GPUs are
+reported as usual. Only library-level errors fail the whole discovery.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from agent import mig_discovery, nvmlapi
 from agent.nvmlapi import NVML
 from agent.pci_address import sysfs_bus_id
-from agent.pcitopology import PciTopologySource
+from agent.pcitopology import PciLocation, PciTopologySource
 from apis.devices import GPUInfo, MIGInstance, NodeDevices, NVLinkPeer, Topology, model_label
 from apis.mig import MIGPlacement
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+#: nvml.h's codes for NVML itself no longer answering (uninitialised, driver unloaded or replaced
+#: under the agent). One of them on a per-GPU call is the node's error, not the GPU's: it
+#: fails the discovery, and the poll loop starts NVML over.
+_LIBRARY_ERROR_CODES = frozenset({
+    1,  # NVML_ERROR_UNINITIALIZED
+    9,  # NVML_ERROR_DRIVER_NOT_LOADED
+    18,  # NVML_ERROR_LIB_RM_VERSION_MISMATCH
+})
 
 
 @dataclass(frozen=True)
@@ -34,50 +47,148 @@ class Discovery:
     mig_parents: Mapping[str, str] = field(default_factory=dict)
 
 
-def discover(nvml: NVML, *, node_name: str, topology: PciTopologySource) -> Discovery:
-    """Reads every GPU. NVML must be initialised; library-level errors propagate."""
+def discover(
+    nvml: NVML, *, node_name: str, topology: PciTopologySource, known: Mapping[str, GPUInfo] | None = None
+) -> Discovery:
+    """Reads every GPU. NVML must be initialised; library-level errors propagate.
+
+    An NVML error on one GPU is that GPU's problem, not the node's: the GPU is reported
+    unhealthy with the error and the fix, the others as usual. `known` holds the facts of
+    GPUs seen at earlier discoveries (by UUID); a GPU that answers its UUID but no longer its
+    other calls is reported with those facts, so its minor and memory stay right.
+    """
     driver = nvml.nvmlSystemGetDriverVersion()
     try:
         cuda = nvmlapi.cuda_version_text(nvml.nvmlSystemGetCudaDriverVersion_v2())
     except nvmlapi.NVMLError_NotSupported:
         cuda = ""
+    known = known or {}
     handles: dict[str, Any] = {}
     mig_parents: dict[str, str] = {}
-    gpus: list[GPUInfo] = []
+    read: list[GPUInfo] = []
+    failed: list[tuple[GPUInfo, bool]] = []  # (the GPU, whether its minor is only the index guessed)
     for index in range(nvml.nvmlDeviceGetCount()):
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             uuid = nvml.nvmlDeviceGetUUID(handle)
-        except nvmlapi.GPU_GONE_ERRORS as err:
+        except nvmlapi.NVMLError as err:
+            if _library_level(err):
+                raise
             # Without a UUID the GPU cannot be named in a report; it is left out until it answers.
-            log.warning("GPU index %d does not answer (%s); leaving it out of the report", index, nvmlapi.error_text(err))
+            # One seen before stays reported (unhealthy) through NodeState's vanished GPUs.
+            log.warning("GPU index %d does not answer NVML (%s); leaving it out of the report: %s",
+                        index, nvmlapi.error_text(err), _fix(err, index=index, minor=None))
             continue
         handles[uuid] = handle
         try:
             gpu = _read_gpu(nvml, handle, index=index, uuid=uuid, topology=topology)
-        except nvmlapi.GPU_GONE_ERRORS as err:
-            reason = f"lost: {nvmlapi.error_text(err)}"
-            log.warning("GPU %s (index %d) failed during discovery: %s", uuid, index, reason)
-            gpu = GPUInfo(uuid=uuid, minor=index, index=index, model="", model_label="", memory_bytes=0,
-                          healthy=False, health_reason=reason)
+        except nvmlapi.NVMLError as err:
+            if _library_level(err):
+                raise
+            gpu, guessed = _unreadable_gpu(nvml, handle, index=index, uuid=uuid, topology=topology,
+                                           known=known.get(uuid), err=err)
+            log.warning("GPU %s (index %d, /dev/nvidia%d) failed during discovery; reporting it unhealthy: %s",
+                        uuid, index, gpu.minor, gpu.health_reason)
+            failed.append((gpu, guessed))
+            continue
         for mig in gpu.mig_instances:
             mig_parents[mig.uuid] = uuid
-        gpus.append(gpu)
+        read.append(gpu)
     for mig_uuid, parent in mig_parents.items():
         parent_handle = handles[parent]
-        gpu = next(g for g in gpus if g.uuid == parent)
+        gpu = next(g for g in read if g.uuid == parent)
         inst = next(m for m in gpu.mig_instances if m.uuid == mig_uuid)
         try:
             handles[mig_uuid] = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent_handle, inst.index)
         except nvmlapi.NVMLError as err:
             log.warning("MIG device %s: no handle (%s)", mig_uuid, nvmlapi.error_text(err))
+    gpus = sorted([*read, *_with_unique_minors(read, failed)], key=lambda g: g.index)
+    reported = {g.uuid for g in gpus}
     return Discovery(
         devices=NodeDevices(
             node_name=node_name, gpus=tuple(_with_peer_uuids(gpus)), driver_version=driver, cuda_driver_version=cuda
         ),
-        handles=handles,
+        handles={u: h for u, h in handles.items() if u in mig_parents or u in reported},
         mig_parents=mig_parents,
     )
+
+
+def _unreadable_gpu(
+    nvml: NVML, handle: Any, *, index: int, uuid: str, topology: PciTopologySource, known: GPUInfo | None,
+    err: BaseException,
+) -> tuple[GPUInfo, bool]:
+    """A GPU whose UUID answered but a later call failed, with the facts still to be had.
+
+    Facts from an earlier discovery win: a lost GPU answers nothing more, and its minor
+    (the N of /dev/nvidiaN in the Device object) must not turn into its index.
+    """
+    if known is not None:
+        reason = _reason(err, index=index, minor=known.minor)
+        return replace(known, index=index, healthy=False, health_reason=reason), False
+    minor = _answer(lambda: int(nvml.nvmlDeviceGetMinorNumber(handle)))
+    name = _answer(lambda: str(nvml.nvmlDeviceGetName(handle))) or ""
+    bus_id = _answer(lambda: nvmlapi.text(nvml.nvmlDeviceGetPciInfo_v3(handle).busId)) or ""
+    memory = _answer(lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).total)) or 0
+    where = topology.locate(bus_id) if bus_id else PciLocation()
+    gpu = GPUInfo(
+        uuid=uuid, minor=index if minor is None else minor, index=index, model=name, model_label=model_label(name),
+        memory_bytes=memory,
+        topology=Topology(numa_node=where.numa_node, socket_id=where.socket_id, pcie_root=where.pcie_root, bus_id=bus_id),
+        healthy=False, health_reason=_reason(err, index=index, minor=minor),
+    )
+    return gpu, minor is None
+
+
+def _library_level(err: BaseException) -> bool:
+    return getattr(err, "value", None) in _LIBRARY_ERROR_CODES
+
+
+def _answer(call: Callable[[], _T]) -> _T | None:
+    try:
+        return call()
+    except nvmlapi.NVMLError:
+        return None
+
+
+def _with_unique_minors(read: list[GPUInfo], failed: list[tuple[GPUInfo, bool]]) -> list[GPUInfo]:
+    """The failed GPUs that can be reported without a second GPU on one minor.
+
+    Two GPUs on one /dev/nvidiaN would make the Device object point a pod at the wrong card,
+    so a failed GPU yields its minor to a GPU read just now, and a minor only guessed (the
+    index, when NVML gave none) yields to one NVML gave, now or at an earlier discovery.
+    """
+    taken = {g.minor for g in read}
+    out = []
+    for gpu, _guessed in sorted(failed, key=lambda f: f[1]):
+        if gpu.minor in taken:
+            log.warning("GPU %s (index %d): /dev/nvidia%d is another GPU's; leaving it out of the report (%s)",
+                        gpu.uuid, gpu.index, gpu.minor, gpu.health_reason)
+            continue
+        taken.add(gpu.minor)
+        out.append(gpu)
+    return out
+
+
+def _reason(err: BaseException, *, index: int, minor: int | None) -> str:
+    """The health reason of a GPU discovery could not read: what failed, then what to do.
+
+    "lost" and "unreadable" lead, as the metrics' reason label takes the text before the first colon.
+    """
+    if isinstance(err, nvmlapi.GPU_GONE_ERRORS):
+        return f"lost: {nvmlapi.error_text(err)}"
+    return f"unreadable: {nvmlapi.error_text(err)} (GPU index {index}); {_fix(err, index=index, minor=minor)}"
+
+
+def _fix(err: BaseException, *, index: int, minor: int | None) -> str:
+    device = f"/dev/nvidia{minor}" if minor is not None else "its /dev/nvidiaN"
+    if isinstance(err, nvmlapi.GPU_GONE_ERRORS):
+        return f"check the GPU with `nvidia-smi -i {index}` and the kernel log (Xid); it may need a reset"
+    if isinstance(err, nvmlapi.NVMLError_NoPermission):
+        return f"give the agent access to {device} (device cgroup, or run it privileged) and restart it"
+    if isinstance(err, nvmlapi.NVMLError_NotSupported):
+        return ("the GPU does not answer a query fgpu needs (unified-memory boards have no dedicated memory "
+                "to share); fgpu does not hand it to pods")
+    return f"check the GPU with `nvidia-smi -i {index} -q`; fgpu does not hand it to pods until it answers"
 
 
 def _read_gpu(nvml: NVML, handle: Any, *, index: int, uuid: str, topology: PciTopologySource) -> GPUInfo:

@@ -49,7 +49,7 @@ from agent.isolation.container import edits_for, void_edits
 from agent.isolation.edits import VisibleGPU
 from agent.isolation.registry import IsolationPaths
 from agent.mig_manager import Want
-from agent.pci_address import sysfs_bus_id
+from agent.pci_address import bus_order_key
 from apis import names
 from apis.allocation import Allocation, AllocationError, decode_allocation, share_memory_bytes
 from apis.container_edits import ContainerEdits
@@ -196,7 +196,7 @@ def decide(
                 needed.append(want)
             elif part is not None:
                 profile = mig_profile(gpu, share.mig_profile)
-                visible.append((sysfs_bus_id(gpu.topology.bus_id) + f"/p{share.mig_placement:02d}", VisibleGPU(
+                visible.append((bus_order_key(gpu.topology.bus_id) + f"/p{share.mig_placement:02d}", VisibleGPU(
                     uuid=made, core_percent=part.core_percent,
                     memory_bytes=profile.memory_bytes if profile is not None else 0, unlimited=True,
                 )))
@@ -213,7 +213,7 @@ def decide(
             holds.append(Hold(gpu_uuid=gpu.uuid, mig_uuid=share.mig_uuid, core_percent=share.core_percent))
             mig = next(m for m in gpu.mig_instances if m.uuid == share.mig_uuid)
             if part is not None:
-                visible.append((sysfs_bus_id(gpu.topology.bus_id) + f"/{mig.index:02d}", VisibleGPU(
+                visible.append((bus_order_key(gpu.topology.bus_id) + f"/{mig.index:02d}", VisibleGPU(
                     uuid=mig.uuid, core_percent=part.core_percent, memory_bytes=mig.memory_bytes, unlimited=True
                 )))
             continue
@@ -255,7 +255,7 @@ def decide(
                 "1 MiB, a limit no isolation backend can enforce"
             )
             continue
-        visible.append((sysfs_bus_id(gpu.topology.bus_id) or f"{gpu.minor:08d}", burst.with_limit(VisibleGPU(
+        visible.append((bus_order_key(gpu.topology.bus_id) or f"{gpu.minor:08d}", burst.with_limit(VisibleGPU(
             uuid=gpu.uuid, core_percent=part.core_percent, memory_bytes=part_bytes, unlimited=share.whole and part.whole
         ), share.limit, gpu_memory_bytes=gpu.memory_bytes)))
     for uuid, (core, memory) in used.items():

@@ -6,6 +6,7 @@ disappear (a pod ended, a GPU left) are removed, not left at their last value.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -97,13 +98,27 @@ class AgentMetrics:
         self._gpu_labels: set[str] = set()
         self._pod_labels: set[tuple[str, str]] = set()
         self._health_labels: set[tuple[str, str]] = set()
+        self._memory_labels: set[str] = set()
+        #: observe_devices (any thread that changes the report) and observe_usage (the poll loop)
+        #: both edit the per-GPU label sets; one at a time, so no removed series comes back.
+        self._lock = threading.Lock()
 
     def observe_devices(self, devices: NodeDevices) -> None:
+        """The report's GPUs; every series of a GPU no longer reported goes (NVML down leaves none)."""
+        with self._lock:
+            self._observe_devices(devices)
+
+    def _observe_devices(self, devices: NodeDevices) -> None:
         self.nvml_up.set(0 if devices.discovery_error else 1)
         labels = {(g.uuid, g.model_label) for g in devices.gpus}
         for uuid, model in self._health_labels - labels:
             self.gpu_healthy.remove(uuid, model)
         self._health_labels = labels
+        reported = {g.uuid for g in devices.gpus}
+        for uuid in self._memory_labels - reported:
+            self.gpu_memory_total.remove(uuid)
+        self._memory_labels = reported
+        self._drop_usage(keep=reported | {m.uuid for g in devices.gpus for m in g.mig_instances})
         for g in devices.gpus:
             self.gpu_healthy.labels(g.uuid, g.model_label).set(1 if g.healthy else 0)
             self.gpu_memory_total.labels(g.uuid).set(g.memory_bytes)
@@ -117,6 +132,10 @@ class AgentMetrics:
         self.isolation_ready.labels(*labels).set(1 if ready else 0)
 
     def observe_usage(self, usage: Iterable[GPUUsage]) -> None:
+        with self._lock:
+            self._observe_usage(usage)
+
+    def _observe_usage(self, usage: Iterable[GPUUsage]) -> None:
         gpus: set[str] = set()
         pods: dict[tuple[str, str], tuple[int, int]] = {}
         for u in usage:
@@ -138,6 +157,17 @@ class AgentMetrics:
             self.pod_memory.labels(*key).set(memory)
             self.pod_processes.labels(*key).set(count)
         self._gpu_labels, self._pod_labels = gpus, set(pods)
+
+    def _drop_usage(self, *, keep: set[str]) -> None:
+        """Removes the usage series (the GPU's and its pods') of GPUs and MIG instances not in `keep`."""
+        for uuid in self._gpu_labels - keep:
+            self.gpu_memory_used.remove(uuid)
+            self.gpu_sm.remove(uuid)
+        for key in {k for k in self._pod_labels if k[1] not in keep}:
+            self.pod_memory.remove(*key)
+            self.pod_processes.remove(*key)
+        self._gpu_labels &= keep
+        self._pod_labels = {k for k in self._pod_labels if k[1] in keep}
 
     def exposition(self) -> bytes:
         return bytes(generate_latest(self.registry))

@@ -22,6 +22,9 @@ from apis.devices import ExternalHolder, GPUInfo, NodeDevices
 
 log = logging.getLogger(__name__)
 
+#: The failed check a GPU that vanished from discovery gets at every poll while it stays away.
+LOST_REASON = "lost: not found by NVML"
+
 
 class NodeState:
     def __init__(self, *, node_name: str, health: HealthTracker, metrics: AgentMetrics) -> None:
@@ -35,6 +38,10 @@ class NodeState:
         self._usage: tuple[GPUUsage, ...] = ()
         #: GPUs seen once and gone at a later discovery; reported unhealthy rather than silently dropped.
         self._vanished: dict[str, GPUInfo] = {}
+        #: The facts of every GPU reported since start, by UUID (the last discovery's and the vanished).
+        #: Unlike `_discovery` it outlives a discovery error, so a GPU lost before a driver reload is
+        #: still missed after it, and discovery can report a GPU that stops answering with its facts.
+        self._known: dict[str, GPUInfo] = {}
         self._devices = NodeDevices(node_name=node_name, discovery_error=self._error)
         self._listeners: list[Callable[[NodeDevices], None]] = []
         self._ready = False
@@ -60,16 +67,26 @@ class NodeState:
         with self._lock:
             return self._usage
 
+    def known_gpus(self) -> dict[str, GPUInfo]:
+        """The last known facts of every GPU reported since start, by UUID (for `discover`'s `known`)."""
+        with self._lock:
+            return dict(self._known)
+
+    def vanished(self) -> tuple[str, ...]:
+        """UUIDs of GPUs seen before that the last discovery did not find."""
+        with self._lock:
+            return tuple(self._vanished)
+
     def set_discovery(self, discovery: Discovery) -> None:
         with self._lock:
-            if self._discovery is not None:
-                now = {g.uuid for g in discovery.devices.gpus}
-                for g in self._discovery.devices.gpus:
-                    if g.uuid not in now:
-                        log.warning("GPU %s (index %d) no longer answers NVML; reporting it unhealthy", g.uuid, g.index)
-                        self._vanished[g.uuid] = replace(g, healthy=False, health_reason="lost: not found by NVML")
+            found = {g.uuid for g in discovery.devices.gpus}
+            for g in self._known.values():
+                if g.uuid not in found and g.uuid not in self._vanished:
+                    log.warning("GPU %s (index %d) no longer answers NVML; reporting it unhealthy", g.uuid, g.index)
+                    self._vanished[g.uuid] = replace(g, healthy=False, health_reason=LOST_REASON)
             for g in discovery.devices.gpus:
                 self._vanished.pop(g.uuid, None)
+            self._known = {**self._vanished, **{g.uuid: g for g in discovery.devices.gpus}}
             self._discovery = discovery
             self._error = ""
             self._ready = True
@@ -78,8 +95,14 @@ class NodeState:
             self._refresh()
 
     def set_discovery_error(self, error: str) -> None:
+        """NVML stopped answering: no GPUs are reported, and no usage (it would be the last cycle's).
+
+        The known GPUs and their health stay, for the discovery after NVML answers again.
+        """
         with self._lock:
             self._discovery = None
+            self._usage = ()
+            self._metrics.observe_usage(())
             self._error = error
             self._ready = True
             self._refresh()
@@ -129,7 +152,10 @@ class NodeState:
             for g in found.gpus:
                 state = self._health.state(g.uuid)
                 gpus.append(g if state.healthy else replace(g, healthy=False, health_reason=state.reason))
+            minors = {g.minor for g in found.gpus}
             for g in self._vanished.values():
+                if g.minor in minors:
+                    continue  # its /dev/nvidiaN is another GPU's now; two GPUs on one minor would mislead pods
                 state = self._health.state(g.uuid)
                 gpus.append(g if state.healthy else replace(g, health_reason=state.reason))
             gpus.sort(key=lambda g: g.index)

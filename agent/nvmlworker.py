@@ -21,7 +21,7 @@ from agent.cgroups import PidResolver
 from agent.checkpoint import CheckpointReader, external_holders
 from agent.discovery import Discovery, discover
 from agent.metrics import AgentMetrics
-from agent.nodestate import NodeState
+from agent.nodestate import LOST_REASON, NodeState
 from agent.nvmlapi import NVML
 from agent.pcitopology import PciTopologySource
 from agent.usage import UsageSampler, targets_from
@@ -216,7 +216,9 @@ class NVMLWorker:
 
     def _discover(self) -> bool:
         try:
-            discovery = discover(self._nvml, node_name=self._state.node_name, topology=self._topology)
+            discovery = discover(
+                self._nvml, node_name=self._state.node_name, topology=self._topology, known=self._state.known_gpus()
+            )
         except nvmlapi.NVMLError as err:
             self._fail(f"NVML discovery failed: {nvmlapi.error_text(err)}")
             self._stop_watcher()
@@ -241,10 +243,15 @@ class NVMLWorker:
         started = time.process_time()
         usage = self._sampler.sample(targets_from(discovery.handles, gpus=discovery.devices.gpus))
         self._metrics.usage_cycle_cpu.observe(time.process_time() - started)
+        # A GPU discovery could not read fails its check at every poll until a discovery reads it,
+        # and so does one that vanished: either serves the quiet period from when it is back.
+        unread = {g.uuid: g.health_reason for g in discovery.devices.gpus if not g.healthy}
         physical = {g.uuid for g in discovery.devices.gpus}
-        self._state.record_checks(
-            ((u.uuid, f"lost: {u.error}" if u.error else "") for u in usage if u.uuid in physical), now=self._clock()
-        )
+        checks = [(u.uuid, f"lost: {u.error}" if u.error else unread.get(u.uuid, "")) for u in usage if u.uuid in physical]
+        sampled = {uuid for uuid, _ in checks}
+        checks += [(uuid, reason) for uuid, reason in unread.items() if uuid not in sampled]
+        checks += [(uuid, LOST_REASON) for uuid in self._state.vanished()]
+        self._state.record_checks(checks, now=self._clock())
         self._state.set_usage(usage)
         self._metrics.observe_usage(usage)
 
@@ -258,6 +265,8 @@ class NVMLWorker:
             log.error("%s; retrying with backoff (the agent keeps running)", message)
         self._last_error = message
         self._state.set_discovery_error(message)
+        # A GPU lost before NVML went away is still missed: its quiet period counts from its return.
+        self._state.record_checks(((uuid, LOST_REASON) for uuid in self._state.vanished()), now=self._clock())
 
     def _stop_watcher(self) -> None:
         if self._watcher is not None:
