@@ -228,6 +228,37 @@ FGPU_ISOLATION: Final = "FGPU_ISOLATION"
 #: Downward-API variable carrying the node name to the agent.
 NODE_NAME_ENV: Final = "NODE_NAME"
 
+# --- Defragmentation (fgpu-descheduler, docs/defrag.md) ---------------------------------
+
+#: Opt-in, as a label on the pod or on its namespace: `fgpu.io/defrag: allow` lets the descheduler
+#: evict the pod to make room for a pending GPU pod (only if its owner recreates it). The pod's own
+#: label decides; the namespace's is the default for pods without one.
+DEFRAG_OPT_IN_LABEL: Final = "fgpu.io/defrag"
+DEFRAG_OPT_IN_VALUE: Final = "allow"
+#: The descheduler's name in Events (`reportingComponent` / `source.component`).
+DESCHEDULER_NAME: Final = "fgpu-descheduler"
+#: Event reasons: on a moved pod (naming the pod it made room for), a dry-run plan, a stopped step.
+EVENT_DEFRAG_EVICTED: Final = "DefragEvicted"
+EVENT_DEFRAG_WOULD_EVICT: Final = "DefragWouldEvict"
+EVENT_DEFRAG_ABORTED: Final = "DefragAborted"
+#: ConfigMap (in the descheduler's own namespace) that records why the evictor stopped, so a restart
+#: stays stopped: data {"reason": ..., "since": RFC 3339}. Delete it and restart the descheduler to resume.
+DESCHEDULER_STOP_CONFIGMAP: Final = "fgpu-descheduler-stopped"
+DESCHEDULER_STOP_REASON_KEY: Final = "reason"
+DESCHEDULER_STOP_SINCE_KEY: Final = "since"
+#: Env var naming the descheduler's own namespace (the Deployment sets it from the downward API).
+DESCHEDULER_NAMESPACE_ENV: Final = "FGPU_DESCHEDULER_NAMESPACE"
+#: Prometheus metrics of the descheduler.
+METRIC_DEFRAG_MOVES: Final = "fgpu_defrag_moves_total"
+#: Pending pods room was made for, and the GPU-seconds they had waited by then (GPUs x wait): the
+#: waiting a move ended, not a counterfactual (the churn replay measures GPU-hours recovered).
+METRIC_DEFRAG_MADE_ROOM: Final = "fgpu_defrag_made_room_total"
+METRIC_DEFRAG_WAITED_GPU_SECONDS: Final = "fgpu_defrag_made_room_waited_gpu_seconds_total"
+#: Nodes the consolidation mode emptied of GPU pods.
+METRIC_DEFRAG_NODES_EMPTIED: Final = "fgpu_defrag_nodes_emptied_total"
+METRIC_DEFRAG_ABORTED: Final = "fgpu_defrag_aborted_total"
+
+
 # --- What a pod author writes -----------------------------------------------------
 
 #: Every name above that a pod author may write on a GPU pod (resources, annotations, labels, the
@@ -253,6 +284,7 @@ POD_FACING: Final = (
     POD_GROUP_LABEL_LEGACY,
     JOBSET_NAME_LABEL,
     SCHEDULER_INJECTION_LABEL,
+    DEFRAG_OPT_IN_LABEL,
     SCHEDULER_NAME,
 )
 #: What a GPU container finds in its environment (set by the agent's hook; informative, read-only).
@@ -268,35 +300,6 @@ ISOLATION_MPS: Final = "mps"
 ISOLATION_NONE: Final = "none"
 #: Name prefix of every variable the MPS client reads.
 MPS_ENV_PREFIX: Final = "CUDA_MPS_"
-
-# --- Defragmentation (fgpu-descheduler, docs/defrag.md) ---------------------------------
-
-#: Opt-in, as a label on the pod or on its namespace: `fgpu.io/defrag: allow` lets the descheduler
-#: evict the pod to make room for a pending GPU pod (only if its owner recreates it).
-DEFRAG_OPT_IN_LABEL: Final = "fgpu.io/defrag"
-DEFRAG_OPT_IN_VALUE: Final = "allow"
-#: The descheduler's name in Events (`reportingComponent` / `source.component`).
-DESCHEDULER_NAME: Final = "fgpu-descheduler"
-#: Event reasons: on a moved pod (naming the pod it made room for), a dry-run plan, a stopped step.
-EVENT_DEFRAG_EVICTED: Final = "DefragEvicted"
-EVENT_DEFRAG_WOULD_EVICT: Final = "DefragWouldEvict"
-EVENT_DEFRAG_ABORTED: Final = "DefragAborted"
-#: ConfigMap (in the descheduler's own namespace) that records why the evictor stopped, so a restart
-#: stays stopped: data {"reason": ..., "since": RFC 3339}. Delete it and restart the descheduler to resume.
-DESCHEDULER_STOP_CONFIGMAP: Final = "fgpu-descheduler-stopped"
-DESCHEDULER_STOP_REASON_KEY: Final = "reason"
-DESCHEDULER_STOP_SINCE_KEY: Final = "since"
-#: Env var naming the descheduler's own namespace (the Deployment sets it from the downward API).
-DESCHEDULER_NAMESPACE_ENV: Final = "FGPU_DESCHEDULER_NAMESPACE"
-#: Prometheus metrics of the descheduler.
-METRIC_DEFRAG_MOVES: Final = "fgpu_defrag_moves_total"
-#: Pending pods room was made for, and the GPU-seconds they had waited by then (GPUs x wait): the
-#: waiting a move ended, not a counterfactual (the churn replay measures GPU-hours recovered).
-METRIC_DEFRAG_MADE_ROOM: Final = "fgpu_defrag_made_room_total"
-METRIC_DEFRAG_WAITED_GPU_SECONDS: Final = "fgpu_defrag_made_room_waited_gpu_seconds_total"
-#: Nodes the consolidation mode emptied of GPU pods.
-METRIC_DEFRAG_NODES_EMPTIED: Final = "fgpu_defrag_nodes_emptied_total"
-METRIC_DEFRAG_ABORTED: Final = "fgpu_defrag_aborted_total"
 
 # --- Test doubles --------------------------------------------------------------------------------
 

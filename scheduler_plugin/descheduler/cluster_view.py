@@ -1,13 +1,19 @@
 """The cluster as one descheduler cycle sees it: read from the API, loaded into the scheduler's core.
 
 Everything is read afresh each cycle (Nodes, Devices, pods, PodDisruptionBudgets, namespaces, and
-the ReplicaSets, StatefulSets and Jobs that own pods), so the controller keeps no state a restart
-could lose. Bound pods are added to the core with their recorded allocations; the ones
+the ReplicaSets, StatefulSets and Jobs that own pods), so the view itself keeps no state a
+restart could lose. Bound pods are added to the core with their recorded allocations; the ones
 `safety.why_not_movable` allows and whose owner exists and recreates them
 (`owners.why_not_recreated`) become the planner's candidates, with the budgets that cover them
 and their priority. Pending pods addressed to fgpu's scheduler that wait for room the simulation
 models (`unschedulable.why_not_actionable`) become the trigger's `Pending`s; the others are kept
 in `set_aside` with the reason.
+
+Room already on its way is left to come (`room_coming`): a pending pod kube-scheduler nominated a
+node for (`status.nominatedNodeName`: its preemption victims are leaving there), and a pending pod
+that fits once the pods being deleted (`deletionTimestamp` set, still shutting down within their
+grace: preemption victims, scaled-down replicas, the descheduler's own evictions) are gone. Those
+pods still hold their share in the core until they are gone, as on their node.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from apis import names
-from apis.allocation import decode_allocation
+from apis.allocation import Allocation, decode_allocation
 from scheduler_plugin import pods as podutil
 from scheduler_plugin.backend_kubernetes import devices_of, node_info
 from scheduler_plugin.core.api import NodeName, PodRequest, PodUID
@@ -63,6 +69,8 @@ class ClusterView:
     pending: dict[str, tuple[PodRequest, Pending, int]] = field(default_factory=dict)
     #: pending pod key -> why moving pods would not help it
     set_aside: dict[str, str] = field(default_factory=dict)
+    #: pending pod key -> why its room is already being freed (not in `pending`)
+    room_coming: dict[str, str] = field(default_factory=dict)
     #: uids of every pending pod of fgpu's scheduler, and of every pod bound to a node (the settle check)
     pending_uids: set[str] = field(default_factory=set)
     bound_uids: set[str] = field(default_factory=set)
@@ -108,6 +116,8 @@ def load(reader: Reader, *, policy: str, now: datetime.datetime) -> ClusterView:
         jobs=reader.list_jobs().items,
     )
     demands: list[Demand] = []
+    #: bound pods being deleted, added to the core after the pending pods were tried without them
+    leaving: list[tuple[PodRequest, NodeName, Allocation | None]] = []
     for pod in reader.list_pods().items:
         key = podutil.key(pod)
         view.uids[key] = str(podutil.uid(pod))
@@ -121,8 +131,11 @@ def load(reader: Reader, *, policy: str, now: datetime.datetime) -> ClusterView:
             except ValueError:
                 allocation = None
             node = NodeName(podutil.node_name(pod))
-            core.add_pod(request, node, allocation)
             demands.append(demand_of(request))
+            if podutil.meta(pod).get("deletionTimestamp"):
+                leaving.append((request, node, allocation))
+                continue  # never a candidate (`safety.why_not_movable`: being deleted)
+            core.add_pod(request, node, allocation)
             covering = budgets.covering(pdbs, pod)
             # The Eviction API refuses a pod under two budgets (500): such a pod cannot move.
             if (
@@ -145,14 +158,32 @@ def load(reader: Reader, *, policy: str, now: datetime.datetime) -> ClusterView:
             if why_not:
                 view.set_aside[key] = why_not
                 continue
+            nominated = (pod.get("status") or {}).get("nominatedNodeName")
+            if nominated:
+                view.room_coming[key] = f"nominated to node {nominated} (preemption is freeing room there)"
+                continue
             view.pending[key] = (
                 request,
                 Pending(key=key, age_s=_age_s(pod, now), gpu_milli=demand.gpus * share_milli(demand), models=request.model_use),
                 priority_of(pod),
             )
+    _leave_room_coming(view, leaving)
     view.fragmentation = measure(core, workload_of(demands))
     _loads(view)
     return view
+
+
+def _leave_room_coming(view: ClusterView, leaving: list[tuple[PodRequest, NodeName, Allocation | None]]) -> None:
+    """Moves `pending` pods that fit once the `leaving` pods are gone to `room_coming`, then adds
+    the leaving pods to the core: until they are gone they hold their share, on the node and in
+    every plan."""
+    if leaving:
+        for key, (request, _, _) in list(view.pending.items()):
+            if view.core.select(request) is not None:
+                del view.pending[key]
+                view.room_coming[key] = f"fits once the {len(leaving)} pod(s) being deleted are gone"
+    for request, node, allocation in leaving:
+        view.core.add_pod(request, node, allocation)
 
 
 def _loads(view: ClusterView) -> None:

@@ -11,11 +11,20 @@ Pending pods the simulation cannot stand for (`cluster_view.ClusterView.set_asid
 volume, pod affinity, a topology spread, another resource) are never made room for, and only
 candidates of at most the pending pod's priority are moved for it.
 
-After acting for a pending pod it watches that pod (by uid): only its binding counts as success.
-If it is still pending `settle_s` later, or gone without having bound (deleted, or replaced by a
-pod of the same name), the plan did not work out as simulated, and the evictor is stopped (an
+After acting for a pending pod it watches that pod (by uid) while the plan settles: only its
+binding counts as success. Until then no other plan is made for it: its room is on its way (the
+evicted pods shut down within their grace period, then their owners recreate them), and the
+pending pod stays pending until they are gone, so another plan would move more pods for the same
+pod. If it is still pending `settle_s` later, or gone without having bound (deleted, or replaced
+by a pod of the same name), the plan did not work out as simulated, and the evictor is stopped (an
 unexpected outcome is never retried blindly; a tenant who deletes and recreates the pending pod
 cannot spend the budget again and again).
+
+The settling plans live in this process only. A restart keeps the part the cluster shows: the
+evicted pods still terminating are room on its way (`ClusterView.room_coming`), so no plan is made
+for a pending pod that fits once they are gone. It loses the rest: after a restart, a pending pod
+whose evicted pods are already gone but who is still pending (the recreated pods took its room) may
+get another plan, and the bind-or-stop check of the plans made before the restart is not made.
 """
 
 from __future__ import annotations
@@ -63,6 +72,15 @@ class Stats:
         self.aborted[reason] = self.aborted.get(reason, 0) + 1
 
 
+@dataclass(frozen=True)
+class Settling:
+    """A plan carried out for pending pod `key` (uid `uid`) at `since` (the monotonic clock)."""
+
+    key: str
+    uid: str
+    since: float
+
+
 class Controller:
     def __init__(
         self,
@@ -79,8 +97,8 @@ class Controller:
         self._now = now
         self._monotonic = monotonic
         self._last_consolidation: float | None = None
-        #: the pod (key, uid) the last real plan made room for, and when
-        self._watching: tuple[str, str, float] | None = None
+        #: pending pod uid -> the plan made for it, until it binds or the evictor stops
+        self.settling: dict[str, Settling] = {}
 
     def cycle(self, stats: Stats) -> str:
         """One pass; returns what it did in a line (for logs and tests)."""
@@ -98,34 +116,38 @@ class Controller:
         return line
 
     def _check_last_plan(self, view: ClusterView, stats: Stats) -> None:
-        if self._watching is None:
-            return
-        key, uid, since = self._watching
-        if uid in view.bound_uids:
-            self._watching = None
-            return
-        if uid not in view.pending_uids:
-            stats.abort("pending-pod-gone")
-            self.evictor.stop(f"pod {key} (uid {uid}) is gone without having bound after room was made for it")
-            self._watching = None
-            return
-        if self._monotonic() - since >= self.settings.settle_s:
-            stats.abort("pending-pod-did-not-bind")
-            self.evictor.stop(f"pod {key} is still pending {self.settings.settle_s:g}s after room was made for it")
-            self._watching = None
+        for uid, plan in list(self.settling.items()):
+            if uid in view.bound_uids:
+                del self.settling[uid]
+            elif uid not in view.pending_uids:
+                stats.abort("pending-pod-gone")
+                self.evictor.stop(f"pod {plan.key} (uid {uid}) is gone without having bound after room was made for it")
+                del self.settling[uid]
+            elif self._monotonic() - plan.since >= self.settings.settle_s:
+                stats.abort("pending-pod-did-not-bind")
+                self.evictor.stop(f"pod {plan.key} is still pending {self.settings.settle_s:g}s after room was made for it")
+                del self.settling[uid]
 
     def _make_room(self, view: ClusterView, stats: Stats) -> tuple[str, bool]:
         for _ in view.set_aside:
             stats.abort("pending-pod-not-modelled")
+        for _ in view.room_coming:
+            stats.abort("room-on-its-way")
+        waiting = dict(view.room_coming)
+        for key, (request, _, _) in view.pending.items():
+            if str(request.uid) in self.settling:
+                stats.abort("plan-settling")
+                waiting[key] = "the plan made for it is settling"
         decision = triggers.make_room_for(
-            [pending for _, pending, _ in view.pending.values()],
+            [pending for key, (_, pending, _) in view.pending.items() if key not in waiting],
             fragmented_of_idle=view.fragmentation.of_idle,
             idle_milli_by_model=view.idle_by_model,
             settings=self.settings.room,
         )
         if not decision.targets:
-            aside = "; ".join(f"{key} set aside: {why}" for key, why in sorted(view.set_aside.items())[:3])
-            return f"{decision.reason}; {aside}" if aside else decision.reason, False
+            notes = [f"{key} set aside: {why}" for key, why in sorted(view.set_aside.items())[:3]]
+            notes += [f"{key} waits: {why}" for key, why in sorted(waiting.items())[:3]]
+            return "; ".join([decision.reason, *notes]), False
         for key in decision.targets:
             left = self.evictor.moves_left()
             if left <= 0:
@@ -146,7 +168,7 @@ class Controller:
             if not self.evictor.limits.dry_run:
                 stats.made_room += 1
                 stats.waited_gpu_seconds += (request.device.gpus if request.device else 0) * pending.age_s
-                self._watching = (key, str(request.uid), self._monotonic())
+                self.settling[str(request.uid)] = Settling(key, str(request.uid), self._monotonic())
             return f"made room for {key} on {outcome.target}: moved {', '.join(m.key for m in outcome.moves)}", True
         return "no plan", False
 

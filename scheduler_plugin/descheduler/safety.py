@@ -5,10 +5,11 @@ an `apps/v1` ReplicaSet or StatefulSet, or a `batch/v1` Job (whether that owner 
 recreate it is `owners.why_not_recreated`, which looks it up); a bare pod, a DaemonSet's (it would
 come back on the same node), a static pod, or a look-alike kind of another API group (a Volcano
 `batch.volcano.sh` Job restarts the whole job) never moves; (2) it is opted in: the label
-`fgpu.io/defrag: allow` on the pod or on its namespace; (3) the simulation can place its
-recreated copy as the cluster would (`unmodelled` is empty). It must also be bound, running, and
-not being deleted. Pod authors can opt their own pods in, which only lets them be moved; they
-cannot opt others in.
+`fgpu.io/defrag: allow` on the pod, or on its namespace when the pod has no such label; (3) the
+simulation can place its recreated copy as the cluster would (`unmodelled` is empty). It must also be bound, running, and
+not being deleted. The pod's own label, when present, decides: any other value (`deny`) keeps it
+in place even in an opted-in namespace; the namespace's label is the default. Pod authors can opt
+their own pods in or out; they cannot opt others in.
 
 `unmodelled` names what a pod needs that the scheduler core (and so the planner's simulation)
 does not model: volumes from claims (a local PV pins the pod to one node, a zonal one to a zone),
@@ -49,6 +50,14 @@ def opted_in(labels: Mapping[str, Any] | None) -> bool:
     return (labels or {}).get(names.DEFRAG_OPT_IN_LABEL) == names.DEFRAG_OPT_IN_VALUE
 
 
+def may_move(pod_labels: Mapping[str, Any] | None, namespace_labels: Mapping[str, Any] | None) -> bool:
+    """The pod's own label, when it has one, decides (`allow`, or any other value: no); the
+    namespace's label is the default for pods without one."""
+    if names.DEFRAG_OPT_IN_LABEL in (pod_labels or {}):
+        return opted_in(pod_labels)
+    return opted_in(namespace_labels)
+
+
 def modelled_resource(name: str) -> bool:
     return name in _MODELLED_RESOURCES or name.startswith(names.NVIDIA_MIG_RESOURCE_PREFIX)
 
@@ -83,8 +92,11 @@ def why_not_movable(pod: Mapping[str, Any], namespace_labels: Mapping[str, Any] 
     owner = (str(ref.get("apiVersion") or ""), str(ref.get("kind") or ""))
     if owner not in RECREATING_OWNERS:
         return f"owner {owner[1]} ({owner[0] or 'no apiVersion'}) does not recreate it elsewhere"
-    if not (opted_in(meta.get("labels")) or opted_in(namespace_labels)):
-        return f"not opted in ({names.DEFRAG_OPT_IN_LABEL}={names.DEFRAG_OPT_IN_VALUE} on the pod or its namespace)"
+    if not may_move(meta.get("labels"), namespace_labels):
+        return (
+            f"not opted in ({names.DEFRAG_OPT_IN_LABEL}={names.DEFRAG_OPT_IN_VALUE} on the pod, or on its namespace "
+            "with no other value on the pod)"
+        )
     needs = unmodelled(pod)
     if needs:
         return "needs what the simulation does not model: " + "; ".join(needs)
