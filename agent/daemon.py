@@ -57,7 +57,7 @@ from agent.nvmlworker import NVMLWorker
 from agent.pcitopology import PciTopologySource
 from agent.podsources import KubePods, RuntimePods
 from agent.reclaim import ReclaimPolicy
-from agent.reclaim_loop import ReclaimLoop
+from agent.reclaim_loop import ReclaimLoop, sample_max_age_s
 from agent.reclaim_service import NoReclaim, ReclaimService
 from agent.reclaim_settings import SettingsFile
 from agent.resync_loop import ReportLoop
@@ -224,6 +224,7 @@ class Agent:
                 loop=ReclaimLoop(
                     node_name=node_name, kube=kube, keys=self._keys.verifying_keys, devices=self.state.devices,
                     usage=self.state.usage, policy=ReclaimPolicy(), registry=self.metrics.registry, clock=clock,
+                    sample_max_age_s=sample_max_age_s(config.poll_interval_s),
                 ),
                 node_name=node_name, isolation=config.isolation, labels=kube,
             )

@@ -5,6 +5,10 @@ NVML worker and read by the hook and the reporters; `devices()` gives the
 combined picture (discovery with health overlaid and holders attached).
 Listeners are told when that picture changes, so reporters write at once
 instead of waiting for their resync.
+
+Each usage sample the worker writes gets the next sequence number (`UsageSample.seq`): a reader
+that polls more often than the worker samples (reclaim) tells a new sample from the one it read
+before, and does not take one sample held for a while as lasting pressure.
 """
 
 from __future__ import annotations
@@ -26,6 +30,24 @@ log = logging.getLogger(__name__)
 LOST_REASON = "lost: not found by NVML"
 
 
+class UsageSample(tuple[GPUUsage, ...]):
+    """One usage sample of the node's GPUs, numbered: `seq` grows by one with each sample written.
+
+    A tuple, so readers that only want the GPUs' usage take it as one; 0 is the empty start value.
+    """
+
+    _seq: int
+
+    def __new__(cls, gpus: Iterable[GPUUsage] = (), *, seq: int = 0) -> UsageSample:
+        sample = super().__new__(cls, gpus)
+        sample._seq = seq
+        return sample
+
+    @property
+    def seq(self) -> int:
+        return self._seq
+
+
 class NodeState:
     def __init__(self, *, node_name: str, health: HealthTracker, metrics: AgentMetrics) -> None:
         self.node_name = node_name
@@ -35,7 +57,7 @@ class NodeState:
         self._discovery: Discovery | None = None
         self._error = "NVML not initialised yet"
         self._holders: tuple[ExternalHolder, ...] = ()
-        self._usage: tuple[GPUUsage, ...] = ()
+        self._usage = UsageSample()
         #: GPUs seen once and gone at a later discovery; reported unhealthy rather than silently dropped.
         self._vanished: dict[str, GPUInfo] = {}
         #: The facts of every GPU reported since start, by UUID (the last discovery's and the vanished).
@@ -63,7 +85,8 @@ class NodeState:
         with self._lock:
             return self._discovery
 
-    def usage(self) -> tuple[GPUUsage, ...]:
+    def usage(self) -> UsageSample:
+        """The latest usage sample (its `seq` tells it from the one read before)."""
         with self._lock:
             return self._usage
 
@@ -101,7 +124,7 @@ class NodeState:
         """
         with self._lock:
             self._discovery = None
-            self._usage = ()
+            self._usage = UsageSample(seq=self._usage.seq + 1)  # a sample of no GPUs: no data
             self._metrics.observe_usage(())
             self._error = error
             self._ready = True
@@ -115,7 +138,7 @@ class NodeState:
 
     def set_usage(self, usage: tuple[GPUUsage, ...]) -> None:
         with self._lock:
-            self._usage = usage
+            self._usage = UsageSample(usage, seq=self._usage.seq + 1)
 
     def record_xid(self, uuid: str, xid: int, *, now: float) -> None:
         self._metrics.xid_events.labels(uuid, str(xid)).inc()

@@ -9,7 +9,15 @@ GPU is *under pressure* when
 * a guaranteed share is at risk: the memory still free is less than what the guaranteed pods may
   yet claim within their requests (the sum over them of request - used, where positive).
 
-When the pressure has lasted `pressure_grace_s` and the GPU's cooldown since its last eviction is
+`decide` runs once per *new* usage sample (`agent.reclaim_samples`): a sample read again is not a
+second observation. Pressure counts as lasting when at least two samples show it and they span
+`pressure_grace_s` (the first and the latest, with pressure in every sample between). A sample
+without the GPU (its NVML read failed, or the GPU is gone) is no data: the GPU's pressure ends there,
+and the next sample with pressure starts its grace anew; the adapter ends every GPU's pressure the
+same way when the samples stop coming (`forget_pressure`). So one spiked sample, however long it stays
+the latest, and two spikes with only errors between never evict.
+
+When the pressure has lasted so and the GPU's cooldown since its last eviction is
 over, burstable pods on the GPU are chosen, lowest priority first, then largest overuse (used -
 request), then the largest user, until what they use covers the deficit: enough to bring the GPU
 back under the mark and to give every guaranteed pod its whole request; a burstable pod that uses
@@ -102,6 +110,8 @@ class ReclaimMemory:
 
     #: GPU uuid -> when its current pressure began
     pressure_since: Mapping[str, float] = field(default_factory=dict)
+    #: GPU uuid -> how many samples in a row have shown its current pressure
+    pressure_samples: Mapping[str, int] = field(default_factory=dict)
     #: GPU uuid -> when it last had a pod evicted
     last_eviction: Mapping[str, float] = field(default_factory=dict)
     #: pod uid -> when it was chosen
@@ -157,11 +167,23 @@ def victims(gpu: GPUMemory, need: int, *, skip: frozenset[str] = frozenset()) ->
     return chosen
 
 
+#: Samples that must show a GPU's pressure before it counts as lasting, whatever the grace.
+MIN_PRESSURE_SAMPLES = 2
+
+
+def forget_pressure(memory: ReclaimMemory) -> ReclaimMemory:
+    """`memory` with every GPU's pressure ended (no data came): the next pressure waits its whole grace."""
+    return replace(memory, pressure_since={}, pressure_samples={})
+
+
 def decide(gpus: Sequence[GPUMemory], policy: ReclaimPolicy, memory: ReclaimMemory, *, now: float) -> Verdict:
-    """This cycle's evictions and what to remember for the next."""
+    """The evictions on this new sample of `gpus` (taken at `now`) and what to remember for the next."""
     present = {p.pod_uid for g in gpus for p in g.pods}
     chosen = {uid: at for uid, at in memory.chosen.items() if uid in present and now - at < policy.retry_s}
-    since = dict(memory.pressure_since)
+    sampled = {g.uuid for g in gpus}
+    # A GPU missing from this sample has no data: its pressure ends, it does not carry across the gap.
+    since = {uuid: at for uuid, at in memory.pressure_since.items() if uuid in sampled}
+    seen = {uuid: n for uuid, n in memory.pressure_samples.items() if uuid in sampled}
     last = dict(memory.last_eviction)
     evictions: list[Eviction] = []
     stuck: list[str] = []
@@ -169,9 +191,11 @@ def decide(gpus: Sequence[GPUMemory], policy: ReclaimPolicy, memory: ReclaimMemo
         need, why = deficit(gpu, policy)
         if need <= 0:
             since.pop(gpu.uuid, None)  # recovered: the next pressure starts its grace anew
+            seen.pop(gpu.uuid, None)
             continue
         start = since.setdefault(gpu.uuid, now)
-        if now - start < policy.pressure_grace_s:
+        seen[gpu.uuid] = seen.get(gpu.uuid, 0) + 1
+        if now - start < policy.pressure_grace_s or seen[gpu.uuid] < MIN_PRESSURE_SAMPLES:
             continue
         if gpu.uuid in last and now - last[gpu.uuid] < policy.cooldown_s:
             continue
@@ -190,6 +214,6 @@ def decide(gpus: Sequence[GPUMemory], policy: ReclaimPolicy, memory: ReclaimMemo
         last[gpu.uuid] = now
     return Verdict(
         evictions=tuple(evictions),
-        memory=replace(memory, pressure_since=since, last_eviction=last, chosen=chosen),
+        memory=replace(memory, pressure_since=since, pressure_samples=seen, last_eviction=last, chosen=chosen),
         stuck=tuple(stuck),
     )

@@ -2,7 +2,10 @@
 
 Each `cycle()`:
 1. the GPUs' memory and processes come from the usage sampler (`agent.usage`, NVML processes mapped
-   to pods through cgroups), the GPUs' sizes from the node's devices;
+   to pods through cgroups), the GPUs' sizes from the node's devices. Only a sample not read before
+   counts (`agent.reclaim_samples`: the NVML worker's latest sample is numbered, and reclaim usually
+   reads more often than it samples); a read of the same sample decides nothing, and when no new
+   sample came for `sample_max_age_s` every GPU's pressure ends (no data) until samples come again;
 2. the pods on the node come from Kubernetes (`Kube.list_pods_on_node`); a pod's tier, request and
    limit are read from its *verified* allocation only (the signed `fgpu.io/burstable-limit`), its
    priority from `spec.priority`; a pod whose signature does not check out counts as guaranteed,
@@ -16,7 +19,11 @@ Each `cycle()`:
    `fgpu_agent_reclaim_evictions_total{gpu, result}` tell the cluster.
 
 The pod listing is reused for `pods_refresh_s` (one list per node and cycle would load the API
-server); the UID precondition makes a stale listing safe. `dry_run` decides and reports without
+server), except that it is listed again, at most once per cycle, when a GPU process belongs to a pod
+uid the listing lacks (a pod that started since: its memory counts toward the pressure, so it must be
+a candidate too; a uid still missing after a listing does not ask again until the next regular one),
+and before any eviction is acted on (the decision is then made again on the new listing). The UID
+precondition keeps a deletion from hitting a pod recreated under the same name. `dry_run` decides and reports without
 evicting. Errors are logged and counted; the loop never raises, so a bad cycle cannot stop the
 daemon. The policy may be swapped between cycles (`configure`, the settings file's hot reload).
 """
@@ -33,6 +40,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 
+from agent.nodestate import UsageSample
 from agent.reclaim import (
     Eviction,
     GPUMemory,
@@ -41,8 +49,10 @@ from agent.reclaim import (
     ReclaimPolicy,
     Verdict,
     decide,
+    forget_pressure,
     termination_grace_s,
 )
+from agent.reclaim_samples import LastSample, judge
 from agent.usage import GPUUsage
 from apis import names
 from apis.allocation import AllocationError
@@ -62,6 +72,16 @@ class EvictionAPI(Protocol):
     def list_pods_on_node(self, node_name: str) -> list[JSON]: ...
 
 
+def sample_max_age_s(poll_interval_s: float) -> float:
+    """How long reclaim waits for the NVML worker's next sample before its data counts as lapsed.
+
+    Three polls, and never under 5 s: a poll also rediscovers and checks health, and a busy node's
+    NVML calls take their time; a lapse restarts every pressure grace, so it must not come from a
+    poll that is merely slow.
+    """
+    return max(3 * poll_interval_s, 5.0)
+
+
 class ReclaimLoop:
     def __init__(
         self,
@@ -75,6 +95,7 @@ class ReclaimLoop:
         registry: CollectorRegistry,
         dry_run: bool = False,
         pods_refresh_s: float = 10.0,
+        sample_max_age_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
@@ -90,6 +111,14 @@ class ReclaimLoop:
         self._memory = ReclaimMemory()
         self._pods_refresh_s = pods_refresh_s
         self._pods: tuple[float, list[JSON]] | None = None
+        #: the uids on the pod listing, and the process pod uids it lacked when it was made
+        self._listed_uids: frozenset[str] = frozenset()
+        self._unlisted: frozenset[str] = frozenset()
+        #: cycles run, and the one in which the pods were last listed (one listing per cycle at most)
+        self._cycles = 0
+        self._listed_in = -1
+        self._sample_max_age_s = sample_max_age_s
+        self._last_sample = LastSample()
         self._lock = threading.Lock()
         self.evictions = Counter(
             names.METRIC_RECLAIM_EVICTIONS,
@@ -107,12 +136,30 @@ class ReclaimLoop:
         """One pass; never raises (a failing read or eviction is logged)."""
         with self._lock:
             policy, dry_run = self._policy, self._dry_run
+        self._cycles += 1
+        now = self._clock()
         try:
-            gpus = self.observe()
+            sample = self._usage()
+        except Exception:
+            log.exception("reclaim: cannot read the GPUs' usage; trying again next cycle")
+            return Verdict(evictions=(), memory=self._memory)
+        seq = sample.seq if isinstance(sample, UsageSample) else None
+        reading = judge(self._last_sample, seq, now=now, max_age_s=self._sample_max_age_s)
+        self._last_sample = reading.last
+        if reading.lapsed and self._memory.pressure_since:
+            log.warning("reclaim: no new GPU usage sample for over %gs: pressure timers restart", self._sample_max_age_s)
+        if reading.lapsed:
+            self._memory = forget_pressure(self._memory)
+        if not reading.new:
+            return Verdict(evictions=(), memory=self._memory)
+        try:
+            verdict = decide(self.observe(sample), policy, self._memory, now=now)
+            if verdict.evictions and self._listed_in != self._cycles:
+                # Decide again on a fresh listing: a pod that started since the last one may be the overuser.
+                verdict = decide(self.observe(sample, relist=True), policy, self._memory, now=now)
         except Exception:
             log.exception("reclaim: cannot read the node's GPUs and pods; trying again next cycle")
             return Verdict(evictions=(), memory=self._memory)
-        verdict = decide(gpus, policy, self._memory, now=self._clock())
         self._memory = verdict.memory
         for uuid in verdict.stuck:
             log.warning("reclaim: GPU %s is under memory pressure but holds no burstable pod to evict", uuid)
@@ -122,13 +169,16 @@ class ReclaimLoop:
             self._pods = None  # the next cycle sees the evicted pods terminating
         return verdict
 
-    def observe(self) -> list[GPUMemory]:
-        """The node as the decision sees it: each GPU's memory and the pods on it."""
+    def observe(self, sample: Sequence[GPUUsage] | None = None, *, relist: bool = False) -> list[GPUMemory]:
+        """The node as the decision sees it in `sample` (None: read one now): each GPU's memory and its pods."""
+        sample = self._usage() if sample is None else sample
         devices = self._devices()
         sizes = {g.uuid: g.memory_bytes for g in devices.gpus}
-        shares = pod_shares(self._list_pods(), keys=self._keys(), node_name=self._node, sizes=sizes)
+        owners = frozenset(p.pod_uid for u in sample if not u.error for p in u.processes if p.pod_uid)
+        items = self._list_pods(owners, relist=relist)
+        shares = pod_shares(items, keys=self._keys(), node_name=self._node, sizes=sizes)
         out = []
-        for usage in self._usage():
+        for usage in sample:
             if usage.error or usage.uuid not in sizes:
                 continue
             used_by: dict[str, int] = {}
@@ -140,11 +190,32 @@ class ReclaimLoop:
                                  pods=pods))
         return out
 
-    def _list_pods(self) -> list[JSON]:
+    def _list_pods(self, owners: frozenset[str], *, relist: bool) -> list[JSON]:
+        """The pods on the node, listed again when stale, when `relist`, or when a pod in `owners` is new.
+
+        `owners` are the pod uids the GPUs' processes belong to. A listing made in this cycle is never
+        repeated in it: a storm of unknown uids costs at most one listing per cycle.
+        """
         now = self._clock()
         if self._pods is None or now - self._pods[0] >= self._pods_refresh_s or now < self._pods[0]:
-            self._pods = (now, self._kube.list_pods_on_node(self._node))
+            return self._fetch_pods(now, owners)
+        if self._listed_in != self._cycles:
+            unknown = owners - self._listed_uids - self._unlisted
+            if relist or unknown:
+                if unknown:
+                    log.debug("reclaim: GPU processes of pods %s not on the pod list; listing again", sorted(unknown))
+                return self._fetch_pods(now, owners)
         return self._pods[1]
+
+    def _fetch_pods(self, now: float, owners: frozenset[str]) -> list[JSON]:
+        items = self._kube.list_pods_on_node(self._node)
+        self._pods = (now, items)
+        self._listed_in = self._cycles
+        self._listed_uids = frozenset(_uid(item) for item in items)
+        # Processes of a pod the API does not list (static pods, a pod deleted while its processes
+        # linger) would otherwise ask for a new listing every cycle.
+        self._unlisted = owners - self._listed_uids
+        return items
 
     def _evict(self, eviction: Eviction, policy: ReclaimPolicy, *, dry_run: bool) -> None:
         pod = eviction.pod
@@ -211,6 +282,11 @@ def pod_shares(
                 termination_grace_s=grace,
             ))
     return out
+
+
+def _uid(item: Mapping[str, Any]) -> str:
+    meta = item.get("metadata")
+    return str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
 
 
 def _whole(value: object) -> int | None:

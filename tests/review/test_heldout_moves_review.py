@@ -71,10 +71,6 @@ def _terminating(api: KubeAPIServer) -> set[str]:
     return found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="descheduler plans again for a pod it already made room for while that plan's victims still terminate",
-)
 def test_no_second_plan_for_a_pending_pod_while_the_pods_moved_for_it_still_terminate(
     graceful_api: KubeAPIServer, dkube: DeschedulerKube
 ) -> None:
@@ -95,10 +91,6 @@ def test_no_second_plan_for_a_pending_pod_while_the_pods_moved_for_it_still_term
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="descheduler ignores room already on its way (a pod being deleted, the pending pod nominated there)",
-)
 def test_no_pods_are_moved_for_a_pending_pod_whose_room_is_already_being_freed(
     graceful_api: KubeAPIServer, dkube: DeschedulerKube
 ) -> None:
@@ -116,10 +108,6 @@ def test_no_pods_are_moved_for_a_pending_pod_whose_room_is_already_being_freed(
     assert _terminating(graceful_api) == set(), f"pods were evicted for room that was already coming: {line}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a pod's own fgpu.io/defrag label other than allow does not opt it out of its namespace's opt-in",
-)
 def test_a_pod_that_says_no_on_its_own_label_is_not_moved_in_an_opted_in_namespace() -> None:
     pod = _owned_pod("ReplicaSet", "apps/v1")
     pod["metadata"]["labels"] = {names.DEFRAG_OPT_IN_LABEL: "deny"}  # its owner's explicit word
@@ -140,10 +128,6 @@ def reclaim_node(tmp_path: object) -> Iterator[Node]:
         built.kube.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reclaim re-reads the NVML worker's last sample as if fresh: one bad sample held past pressureGrace evicts",
-)
 def test_one_bad_nvml_sample_does_not_evict_a_pod_however_long_it_is_the_latest(reclaim_node: Node) -> None:
     node = reclaim_node
     # As the daemon wires it: the NVML worker writes each sample into NodeState, reclaim reads the latest.
@@ -171,10 +155,6 @@ def test_one_bad_nvml_sample_does_not_evict_a_pod_however_long_it_is_the_latest(
     assert node.evicted() == [], "a pod was evicted on the strength of one NVML sample"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reclaim decides on a pod list up to 10 s old: a new burstable pod's overuse evicts an older pod instead",
-)
 def test_the_burstable_pod_that_just_started_and_overuses_is_the_one_evicted(reclaim_node: Node, tmp_path: Path) -> None:
     node = reclaim_node
     node.use(guaranteed=6, **{"burst-low": 2, "burst-high": 1})
