@@ -412,3 +412,16 @@ def test_helm_lint_finds_nothing_in_strict_mode(kube_version: str) -> None:
 
     report = helm_python.lint(str(render_manifests.CHART), strict=True, namespace=NAMESPACE, kube_version=kube_version)
     assert [m for m in report["messages"] if m["severity"] >= 2] == [] and report["errors"] == []
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"agent": {"afinity": {}}}, "afinity"),
+        ({"webhook": {"schedulerInjection": {"exclude": []}}}, "exclude"),
+        ({"schedular": {"replicas": 2}}, "schedular"),
+    ],
+)
+def test_a_misspelt_value_is_refused_naming_the_key(values: dict[str, Any], named: str) -> None:
+    # values.schema.json: a key the chart does not know would otherwise be ignored without a word
+    assert named in render_error(values)

@@ -175,8 +175,6 @@ CONFIG_ONLY_CHANGES: dict[str, tuple[dict[str, Any], str, str]] = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="helm upgrade of a config-only value (scheduler.policy, "
-                   "webhook.schedulerInjection) leaves the pod template unchanged, so the daemon keeps its old config")
 @pytest.mark.parametrize("change", sorted(CONFIG_ONLY_CHANGES))
 def test_a_config_only_upgrade_rolls_the_daemon_that_reads_it_once(docs: list[Doc], change: str) -> None:
     extra, deployment, config_map = CONFIG_ONLY_CHANGES[change]
@@ -187,8 +185,6 @@ def test_a_config_only_upgrade_rolls_the_daemon_that_reads_it_once(docs: list[Do
     assert after != before, f"helm upgrade with {extra} does not restart {deployment}, which reads that value only at start"
 
 
-@pytest.mark.xfail(strict=True, reason="metrics.serviceMonitor.enabled with descheduler.enabled: no ServiceMonitor "
-                   "selects Service fgpu-descheduler, so its metrics are never scraped")
 def test_the_descheduler_is_scraped_when_service_monitors_are_on(docs: list[Doc]) -> None:
     service = one(docs, "Service", "fgpu-descheduler")
     monitors = [d for d in docs if d["kind"] == "ServiceMonitor"
@@ -196,8 +192,6 @@ def test_the_descheduler_is_scraped_when_service_monitors_are_on(docs: list[Doc]
     assert monitors, "no ServiceMonitor selects Service fgpu-descheduler"
 
 
-@pytest.mark.xfail(strict=True, reason="the webhook Deployment hard-codes priorityClassName system-cluster-critical "
-                   "and takes no nodeSelector/tolerations, unlike the agent and scheduler")
 def test_the_webhooks_priority_class_and_placement_can_be_set() -> None:
     placement = {"priorityClassName": "corp-high", "nodeSelector": {"node-role.corp.example/infra": "true"},
                  "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}]}
@@ -205,8 +199,6 @@ def test_the_webhooks_priority_class_and_placement_can_be_set() -> None:
     assert {k: spec.get(k) for k in placement} == placement
 
 
-@pytest.mark.xfail(strict=True, reason="agent.affinity and scheduler.affinity are silently ignored (no such values, "
-                   "no values.schema.json to refuse them)")
 def test_affinity_for_the_agent_and_the_scheduler_is_honoured() -> None:
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "node.corp.example/reserved", "operator": "DoesNotExist"}]}]}}}
@@ -216,8 +208,6 @@ def test_affinity_for_the_agent_and_the_scheduler_is_honoured() -> None:
         assert got == affinity["nodeAffinity"], f"{kind}/{name} has no nodeAffinity from values"
 
 
-@pytest.mark.xfail(strict=True, reason="fgpu-scheduler and fgpu-descheduler ClusterRoles grant events patch, "
-                   "which neither calls (scheduler_plugin/kube.py only creates and lists Events)")
 def test_event_rights_are_what_the_code_calls(docs: list[Doc]) -> None:
     # scheduler_plugin/kube.py: create_event (create_namespaced_event) and list_events (the descheduler's
     # rate-limit rebuild); no event patch anywhere.

@@ -69,3 +69,34 @@ system:serviceaccount:{{ .ns }}:{{ .name }}
 {{- with $extra.matchLabels -}}{{- $_ := set $selector "matchLabels" . -}}{{- end -}}
 {{- toYaml $selector -}}
 {{- end -}}
+
+{{/* What the scheduler Pod's daemons read once at start, hashed: the data of fgpu-scheduler's
+ConfigMap and (extender mode) kube-scheduler's, whose managedResources come from the chart's rules
+file. Not the rules ConfigMap, keys or verifying keys, which fgpu-scheduler re-reads on change. A
+change rolls the Pod (checksum/config annotation). */}}
+{{- define "fgpu.schedulerConfigChecksum" -}}
+{{- $fgpu := (include (print .Template.BasePath "/20-scheduler-config.yaml") . | fromYaml).data -}}
+{{- $kube := (include (print .Template.BasePath "/20-kube-scheduler-config.yaml") . | fromYaml).data -}}
+{{- toJson (list $fgpu $kube) | sha256sum -}}
+{{- end -}}
+
+{{/* fgpu-webhook's --config file (webhook/config.py), read once at start: ConfigMap
+fgpu-webhook-config holds it and the Deployment's checksum/config annotation hashes it. */}}
+{{- define "fgpu.webhookConfig" -}}
+translationRules: /etc/fgpu/rules/rules.yaml
+{{- with .Values.webhook.schedulerInjection }}
+schedulerInjection:
+{{ toYaml . | indent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Standalone mode's podAntiAffinity: spread the scheduler replicas over nodes. */}}
+{{- define "fgpu.schedulerSpread" -}}
+preferredDuringSchedulingIgnoredDuringExecution:
+  - weight: 100
+    podAffinityTerm:
+      topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          app.kubernetes.io/name: fgpu-scheduler
+{{- end -}}
