@@ -6,7 +6,8 @@
 Follows the replay protocol of the Alibaba trace (cluster-trace-gpu-v2023): see docs/simulator.md.
 `--json` prints, per policy,
 `{"policy", "seeds", "alloc_at_100", "alloc_at_100_by_seed", "frag_at_100", "curve"}`
-(one object for one policy, a list for several).
+(one object for one policy, a list for several); a figure never measured (arrival that never
+came near 100%) is null, so the output is strict JSON.
 
     fgpuctl simulate --churn [--defrag MOVES_PER_100_ARRIVALS] [--load-factor F] [--cluster-fraction C] ...
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -155,10 +157,18 @@ def run(args: argparse.Namespace) -> int:
             results.append(result)
             if not args.json:
                 print(
-                    f"{policy:>8} seed {seed}: alloc@100 {result.alloc_at_100:6.2f}%  frag@100 {result.frag_at_100:5.2f}%  "
+                    f"{policy:>8} seed {seed}: alloc@100 {_pct(result.alloc_at_100, 6)}  "
+                    f"frag@100 {_pct(result.frag_at_100, 5)}  "
                     f"placed {result.placed} failed {result.failed} of {result.pods} ({result.seconds:.1f}s)",
                     flush=True,
                 )
+                if math.isnan(result.alloc_at_100):
+                    print(
+                        f"{policy:>8} seed {seed}: no alloc@100: arrival peaked at "
+                        f"{max(result.records.arrived_pct):.2f}% of GPU capacity, never near 100%; "
+                        "raise --tune or replay a bigger trace",
+                        flush=True,
+                    )
         by_seed = [round(r.alloc_at_100, 3) for r in results]
         points = curve([r.records for r in results])
         curves[policy] = points
@@ -172,9 +182,12 @@ def run(args: argparse.Namespace) -> int:
         }
         reports.append(report)
         if not args.json:
-            print(f"{policy:>8} mean over {len(seeds)} seed(s): alloc@100 {report['alloc_at_100']:.2f}%  frag@100 {report['frag_at_100']:.2f}%")
+            print(
+                f"{policy:>8} mean over {len(seeds)} seed(s): alloc@100 {_pct(report['alloc_at_100'])}  "
+                f"frag@100 {_pct(report['frag_at_100'])}"
+            )
     if args.json:
-        print(json.dumps(reports[0] if len(reports) == 1 else reports))
+        _print_json(reports[0] if len(reports) == 1 else reports)
     if args.plot:
         from scheduler_plugin.sim.plotting import PlotUnavailableError, plot_curves
 
@@ -259,8 +272,29 @@ def _churn(args: argparse.Namespace, policies: list[str], seeds: list[int]) -> i
         }
         reports.append(report)
     if args.json:
-        print(json.dumps(reports[0] if len(reports) == 1 else reports))
+        _print_json(reports[0] if len(reports) == 1 else reports)
     return 0
+
+
+def _pct(value: float, width: int = 0) -> str:
+    """`value` as a percentage, or n/a where it was never measured (NaN)."""
+    return f"{'n/a':>{width}} " if math.isnan(value) else f"{value:{width}.2f}%"
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every NaN or infinite float (a figure never measured) made None, i.e. JSON null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
+def _print_json(value: Any) -> None:
+    # NaN is not JSON: strict parsers (jq, browsers, Go) refuse it.
+    print(json.dumps(_finite(value), allow_nan=False))
 
 
 def _summed(outcomes: Iterable[Mapping[str, Mapping[str, int]]]) -> dict[str, dict[str, int]]:

@@ -33,7 +33,6 @@ FIFO order and taking each fitting pod's request out of it) had that capacity no
 
 from __future__ import annotations
 
-import csv
 import heapq
 import time
 from collections import Counter
@@ -48,7 +47,7 @@ from scheduler_plugin.core.defrag_planner import Candidate, Move, NoPlan, plan_r
 from scheduler_plugin.core.policy_fgd import FragmentationTracker
 from scheduler_plugin.core.scheduler import Scheduler
 from scheduler_plugin.sim.replay import build_scheduler, pod_request
-from scheduler_plugin.sim.trace import MILLI_PER_GPU, TraceError, TraceNode, TracePod
+from scheduler_plugin.sim.trace import MILLI_PER_GPU, TraceError, TraceNode, TracePod, csv_rows
 from scheduler_plugin.sim.workload import gpu_capacity_milli, shape_of, typical_shapes
 
 HOUR = 3600.0
@@ -129,32 +128,24 @@ class ChurnSettings:
 
 def read_lifetimes(path: str | Path) -> dict[str, tuple[int, int]]:
     """name -> (creation_time, deletion_time) from a pod list with those columns."""
-    try:
-        handle = open(path, newline="", encoding="utf-8")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot open trace file ({exc.strerror}); pass the path of an openb CSV") from exc
     times: dict[str, tuple[int, int]] = {}
-    with handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in ("name", "creation_time", "deletion_time") if c not in (reader.fieldnames or [])]
-        if missing:
+    hint = (
+        "; the churn replay needs creation_time and deletion_time "
+        "(the multigpu variants lack them: use a pod list that has them)"
+    )
+    for line, row in csv_rows(path, ("name", "creation_time", "deletion_time"), hint=hint):
+        try:
+            created, deleted = int(row.get("creation_time") or ""), int(row.get("deletion_time") or "")
+        except ValueError:
             raise TraceError(
-                f"{path}: no column(s) {','.join(missing)}; the churn replay needs creation_time and deletion_time "
-                "(the multigpu variants lack them: use a pod list that has them)"
+                f"{path}:{line}: creation_time {row.get('creation_time')!r} / deletion_time "
+                f"{row.get('deletion_time')!r} is not an integer; write seconds"
+            ) from None
+        if created < 0 or deleted < created:
+            raise TraceError(
+                f"{path}:{line}: deletion_time {deleted} < creation_time {created}; a pod leaves after it arrives"
             )
-        for line, row in enumerate(reader, start=2):
-            try:
-                created, deleted = int(row["creation_time"]), int(row["deletion_time"])
-            except (TypeError, ValueError):
-                raise TraceError(
-                    f"{path}:{line}: creation_time {row.get('creation_time')!r} / deletion_time "
-                    f"{row.get('deletion_time')!r} is not an integer; write seconds"
-                ) from None
-            if created < 0 or deleted < created:
-                raise TraceError(
-                    f"{path}:{line}: deletion_time {deleted} < creation_time {created}; a pod leaves after it arrives"
-                )
-            times[row["name"].strip()] = (created, deleted)
+        times[(row.get("name") or "").strip()] = (created, deleted)
     return times
 
 

@@ -4,8 +4,9 @@ One record at the start and one after every pod (CPU-only and failed pods too), 
 arrived % (GPU request of all pods submitted so far / capacity) and allocation % (allocated GPU /
 capacity, rounded to 2 decimals). The headline is the mean allocation % over the records whose
 arrived % rounds (half-even) to 100; when none does, the bin widens to 100 +- 1. A cluster so small
-that one pod moves arrived % by more than that (a test cluster) falls back to the last record at or
-below 100% arrived, the allocation at the moment the workload reached capacity.
+that one pod moves arrived % by more than that (a test cluster: a later record lies above the
+window) falls back to the last record at or below 100% arrived, the allocation at the moment the
+workload reached capacity. A run whose arrival never came near 100% has no headline (NaN).
 """
 
 from __future__ import annotations
@@ -38,13 +39,17 @@ def headline_mask(arrived_pct: Sequence[float]) -> npt.NDArray[np.bool_]:
         mask = np.abs(arrived - HEADLINE_ARRIVED) <= 1.0
     if not mask.any():
         below = np.flatnonzero(arrived <= HEADLINE_ARRIVED)
-        if len(below):
+        # Only when one pod jumped across the window; a run that stopped short has no headline.
+        if len(below) and (arrived[below[-1] + 1 :] > HEADLINE_ARRIVED + 1.0).any():
             mask[below[-1]] = True
     return mask
 
 
 def headline(values: Sequence[float], arrived_pct: Sequence[float]) -> float:
-    """Mean of `values` over the headline bin (NaN values, i.e. unmeasured records, skipped)."""
+    """Mean of `values` over the headline bin (NaN values, i.e. unmeasured records, skipped).
+
+    NaN when the bin is empty: the run's arrival never came near 100%.
+    """
     mask = headline_mask(arrived_pct)
     chosen = np.asarray(values, dtype=np.float64)[mask]
     chosen = chosen[~np.isnan(chosen)]

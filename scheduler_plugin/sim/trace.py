@@ -9,6 +9,8 @@ trace is easy to repair.
 from __future__ import annotations
 
 import csv
+import io
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,21 +54,63 @@ _NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 _POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 
 
-def _rows(path: str | Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
+_BOM = b"\xef\xbb\xbf"
+#: characters that mean a gpu_spec was written with another separator than `|`
+_SPEC_SEPARATORS = re.compile(r"[,;\s]")
+
+
+def _text(path: str | Path) -> str:
+    """The file decoded as UTF-8 (a leading BOM, as Excel writes, dropped)."""
     try:
-        handle = open(path, newline="", encoding="utf-8")  # noqa: SIM115 - closed below
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise TraceError(f"{path}: cannot open trace file ({exc.strerror}); pass the path of an openb CSV") from exc
-    with handle:
-        reader = csv.DictReader(handle)
-        header = reader.fieldnames or []
+    skip = len(_BOM) if data.startswith(_BOM) else 0
+    try:
+        return data[skip:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = skip + exc.start
+        line = data.count(b"\n", 0, at) + 1
+        raise TraceError(
+            f"{path}:{line}: byte {at} (0x{data[at]:02x}) is not UTF-8; save the file as UTF-8"
+        ) from None
+
+
+def csv_rows(path: str | Path, required: Sequence[str], *, hint: str = "") -> Iterator[tuple[int, dict[str, str]]]:
+    """(line, row) for each non-blank row of a CSV with a header holding the `required` columns.
+
+    `line` is the physical line the row starts on. A row with more values than the header is
+    refused (trailing empty values aside): a comma left unquoted would otherwise shift or drop
+    data silently. CSV syntax errors (an unclosed quote, a field over csv's size limit) are
+    TraceErrors naming the line the broken row starts on. `hint` is added to a missing-column error.
+    """
+    reader = csv.reader(io.StringIO(_text(path), newline=""), strict=True)
+    start = 1
+    try:
+        header = [column.strip() for column in next(reader, [])]
         missing = [c for c in required if c not in header]
         if missing:
             raise TraceError(
                 f"{path}: header {','.join(header) or '(empty)'} lacks column(s) {','.join(missing)}; "
-                f"expected at least {','.join(required)}"
+                f"expected at least {','.join(required)}{hint}"
             )
-        yield from enumerate(reader, start=2)
+        start = reader.line_num + 1
+        for values in reader:
+            line, start = start, reader.line_num + 1
+            if not values:
+                continue
+            extra = values[len(header) :]
+            if any(v.strip() for v in extra):
+                raise TraceError(
+                    f"{path}:{line}: {len(values)} values for the header's {len(header)} columns; extra value(s) "
+                    f"{','.join(extra)!r}; quote a field that holds a comma (and separate gpu_spec models with |)"
+                )
+            yield line, dict(zip(header, values, strict=False))
+    except csv.Error as exc:
+        raise TraceError(
+            f"{path}:{start}: the row starting here is not valid CSV ({exc}, read up to line {reader.line_num}); "
+            "close every quote and quote fields that hold commas"
+        ) from None
 
 
 def _int(path: str | Path, line: int, row: dict[str, str], column: str, *, low: int, high: int | None = None) -> int:
@@ -84,26 +128,27 @@ def _int(path: str | Path, line: int, row: dict[str, str], column: str, *, low: 
 def read_nodes(path: str | Path) -> list[TraceNode]:
     """The nodes of a node-list CSV, in file order."""
     nodes: list[TraceNode] = []
-    seen: set[str] = set()
-    for line, row in _rows(path, _NODE_COLUMNS):
+    seen: dict[str, int] = {}
+    for line, row in csv_rows(path, _NODE_COLUMNS):
         name = (row.get("sn") or "").strip()
         if not name or name in seen:
-            problem = "is empty" if not name else "repeats an earlier node"
+            problem = "is empty" if not name else f"repeats an earlier node (line {seen[name]})"
             raise TraceError(f"{path}:{line}: column sn = {name!r} {problem}; give every node a unique name")
-        seen.add(name)
+        seen[name] = line
         gpus = _int(path, line, row, "gpu", low=0, high=64)
         model = (row.get("model") or "").strip()
         if gpus and not model:
             raise TraceError(f"{path}:{line}: column model is empty for a node with {gpus} GPU(s); name its GPU model")
-        nodes.append(
-            TraceNode(
-                name=name,
-                cpu_milli=_int(path, line, row, "cpu_milli", low=0),
-                memory_mib=_int(path, line, row, "memory_mib", low=0),
-                gpus=gpus,
-                model=model,
-            )
-        )
+        cpu_milli = _int(path, line, row, "cpu_milli", low=0)
+        memory_mib = _int(path, line, row, "memory_mib", low=0)
+        for column, value in (("cpu_milli", cpu_milli), ("memory_mib", memory_mib)):
+            # The core reads a capacity of 0 as "not tracked", i.e. unlimited: a GPU node must state both.
+            if gpus and not value:
+                raise TraceError(
+                    f"{path}:{line}: column {column} = 0 on a node with {gpus} GPU(s); the scheduler would read 0 "
+                    "as unlimited, so give the node's real capacity"
+                )
+        nodes.append(TraceNode(name=name, cpu_milli=cpu_milli, memory_mib=memory_mib, gpus=gpus, model=model))
     if not nodes:
         raise TraceError(f"{path}: no nodes; the node list needs at least one row")
     return nodes
@@ -112,10 +157,17 @@ def read_nodes(path: str | Path) -> list[TraceNode]:
 def read_pods(path: str | Path) -> list[TracePod]:
     """The pods of a pod-list CSV, in file order."""
     pods: list[TracePod] = []
-    for line, row in _rows(path, _POD_COLUMNS):
+    seen: dict[str, int] = {}
+    for line, row in csv_rows(path, _POD_COLUMNS):
         name = (row.get("name") or "").strip()
         if not name:
             raise TraceError(f"{path}:{line}: column name is empty; give every pod a name")
+        if name in seen:
+            # The core keeps one reservation per pod name: a repeat would be counted but not held.
+            raise TraceError(
+                f"{path}:{line}: column name = {name!r} repeats the pod on line {seen[name]}; give every pod a unique name"
+            )
+        seen[name] = line
         num_gpu = _int(path, line, row, "num_gpu", low=0, high=64)
         gpu_milli = _int(path, line, row, "gpu_milli", low=0, high=MILLI_PER_GPU)
         if gpu_milli % 10:
@@ -135,7 +187,14 @@ def read_pods(path: str | Path) -> list[TracePod]:
                 "a sharing pod asks for one GPU, so use num_gpu = 1 or gpu_milli = 1000"
             )
         spec_raw = (row.get("gpu_spec") or "").strip()
-        spec = tuple(sorted({m.strip() for m in spec_raw.split("|") if m.strip()})) if spec_raw else ()
+        models = {m.strip() for m in spec_raw.split("|") if m.strip()}
+        odd = sorted(m for m in models if _SPEC_SEPARATORS.search(m))
+        if odd:
+            raise TraceError(
+                f"{path}:{line}: column gpu_spec = {spec_raw!r}: model {odd[0]!r} holds a ',', ';' or space; "
+                "separate models with | (e.g. G2|T4)"
+            )
+        spec = tuple(sorted(models))
         pods.append(
             TracePod(
                 name=name,

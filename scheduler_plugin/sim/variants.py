@@ -31,8 +31,9 @@ Everything is drawn from one `numpy` generator seeded with `seed`, so a variant 
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -209,10 +210,18 @@ def _set_cpu_only(rng: np.random.Generator, pods: list[TracePod], base: Sequence
         return [p for i, p in enumerate(pods) if i not in drop]
     if want > 0 and not cpu_only:
         raise VariantError("cpu_only: the base trace has no CPU-only pod to draw from")
-    extra = [
-        replace(cpu_only[int(rng.integers(len(cpu_only)))], name=f"variant-cpu-{k:05d}") for k in range(max(want, 0))
-    ]
+    names = _unused_names("variant-cpu", pods)
+    extra = [replace(cpu_only[int(rng.integers(len(cpu_only)))], name=next(names)) for _ in range(max(want, 0))]
     return pods + extra
+
+
+def _unused_names(prefix: str, pods: Sequence[TracePod]) -> Iterator[str]:
+    """`prefix-00000`, `prefix-00001`, ... skipping names `pods` already use (a variant of a variant)."""
+    taken = {p.name for p in pods}
+    for k in itertools.count():
+        name = f"{prefix}-{k:05d}"
+        if name not in taken:
+            yield name
 
 
 def _rebalance(rng: np.random.Generator, pods: list[TracePod], total: int) -> list[TracePod]:
@@ -221,11 +230,12 @@ def _rebalance(rng: np.random.Generator, pods: list[TracePod], total: int) -> li
     now = sum(p.total_gpu_milli for p in gpu)
     if now < total:
         extra: list[TracePod] = []
+        names = _unused_names("variant-gpu", pods)
         while now < total:
             pick = gpu[int(rng.integers(len(gpu)))]
             if now + pick.total_gpu_milli > total and total - now < pick.total_gpu_milli / 2:
                 break  # closer to the target without it
-            extra.append(replace(pick, name=f"variant-gpu-{len(extra):05d}"))
+            extra.append(replace(pick, name=next(names)))
             now += pick.total_gpu_milli
         return pods + extra
     drop: set[int] = set()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from scheduler_plugin.core.fragmentation import PodShape, TargetWorkload
-from scheduler_plugin.sim.trace import MIB, MILLI_PER_GPU, TraceNode, TracePod
+from scheduler_plugin.sim.trace import MIB, MILLI_PER_GPU, TraceError, TraceNode, TracePod
 
 #: the share of the trace's pods the typical shapes cover (FGD's target workload)
 TYPICAL_COVERAGE = 0.95
@@ -48,14 +48,22 @@ def order_and_tune(
         return Workload(pods=tuple(shuffled), originals=len(shuffled), clones=0, dropped=0)
     target = tune * capacity_milli
     total = sum(p.total_gpu_milli for p in shuffled)
+    if not total:
+        # Clones would add nothing: tuning a CPU-only trace would never end.
+        raise TraceError("the trace asks for no GPU; nothing to tune (replay it as is: tune None, --tune 0)")
     if total < target:
         clones: list[TracePod] = []
+        taken = {p.name for p in by_name}
         while True:
             pick = by_name[int(rng.integers(len(by_name)))]
             # The reference checks the per-GPU milli, not the total: a multi-GPU clone can overshoot.
             if total + pick.gpu_milli > target:
                 break
-            clones.append(replace(pick, name=f"{pick.name}-clone-{len(clones):05d}"))
+            name = f"{pick.name}-clone-{len(clones):05d}"
+            while name in taken:  # the core keeps one reservation per name: a clone needs its own
+                name += "-x"
+            taken.add(name)
+            clones.append(replace(pick, name=name))
             total += pick.total_gpu_milli
         return Workload(pods=tuple(shuffled + clones), originals=len(shuffled), clones=len(clones), dropped=0)
     keep = [True] * len(shuffled)

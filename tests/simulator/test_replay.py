@@ -94,6 +94,28 @@ def test_a_tiny_cluster_falls_back_to_the_last_record_below_100() -> None:
     assert headline([5.0, 7.0, 9.0], [90.0, 96.0, 104.0]) == pytest.approx(7.0)
 
 
+@pytest.mark.parametrize("arrived", [[0.0, 40.0, 96.0], [0.0, 96.0, 98.9, 98.9], [0.0, 96.0, 100.9]])
+def test_no_headline_when_the_arrival_never_crosses_the_window(arrived: list[float]) -> None:
+    # The last case is inside the widened bin, so it has a headline: only a short stop has none.
+    value = headline([1.0, 2.0, 3.0, 4.0][: len(arrived)], arrived)
+    assert math.isnan(value) == (max(arrived) < 99.0)
+
+
+def test_simulate_says_when_arrival_never_reached_100(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,64000,262144,8,G2\n")
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,1000\nb,1000,1024,1,500\n")
+    argv = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "bestfit", "--seed", "1", "--tune", "0"]
+    assert fgpuctl(argv) == 0
+    text = capsys.readouterr().out
+    assert "alloc@100    n/a" in text and "arrival peaked at 18.75% of GPU capacity, never near 100%" in text
+    assert fgpuctl([*argv, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["alloc_at_100"] is None and report["alloc_at_100_by_seed"] == [None]
+    assert report["frag_at_100"] is None and report["curve"][-1] == [19.0, 18.75]
+
+
 def test_simulate_json_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:
     code = fgpuctl(
         ["simulate", "--nodes", str(NODES_CSV), "--pods", str(PODS_CSV), "--policy", "fgd", "--seed", "1", "2", "--json"]

@@ -131,3 +131,13 @@ def test_the_verb_refuses_an_out_of_range_percent_naming_the_flag(tmp_path: Path
     assert code == 2
     assert "--multi-gpu 90 is out of range; give a percent in 0..60" in capsys.readouterr().err
     assert not (tmp_path / "v.csv").exists()
+
+
+def test_a_variant_of_a_variant_keeps_every_name_unique() -> None:
+    first = make_variant(base_sample(), nodes=NODES, spec=VariantSpec(seed=1, cpu_only=2.0, sharing=0.6))
+    second = make_variant(first, nodes=NODES, spec=VariantSpec(seed=2, cpu_only=1.5, sharing=0.9))
+    assert any(p.name.startswith("variant-cpu-") for p in first)
+    assert any(p.name.startswith("variant-gpu-") for p in first)
+    for pods in (first, second):
+        names = [p.name for p in pods]
+        assert len(names) == len(set(names))

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from scheduler_plugin.core.fragmentation import PodShape, TargetWorkload
-from scheduler_plugin.sim.trace import read_nodes, read_pods
+from scheduler_plugin.sim.trace import TraceError, read_nodes, read_pods
 from scheduler_plugin.sim.workload import gpu_capacity_milli, order_and_tune, shape_of, typical_shapes
 from tests.simulator.helpers import NODES_CSV, PODS_CSV, PODS_HEAVY_CSV, pod
 
@@ -90,3 +90,17 @@ def test_shape_counts_use_the_original_trace() -> None:
     target = typical_shapes(pods)
     counts = Counter(shape_of(p) for p in pods)
     assert target.shapes[0] == counts.most_common(1)[0][0]
+
+
+def test_tuning_a_trace_that_asks_no_gpu_is_refused_not_endless() -> None:
+    cpu_only = [pod("a"), pod("b")]
+    with pytest.raises(TraceError, match="the trace asks for no GPU; nothing to tune"):
+        order_and_tune(cpu_only, capacity_milli=CAPACITY, seed=1, tune=1.3)
+    assert len(order_and_tune(cpu_only, capacity_milli=CAPACITY, seed=1, tune=None).pods) == 2
+
+
+def test_clone_names_skip_names_the_trace_already_uses() -> None:
+    pods = [pod("a", milli=1000), pod("a-clone-00000", milli=1000)]
+    run = order_and_tune(pods, capacity_milli=8000, seed=5, tune=1.3)
+    names = [p.name for p in run.pods]
+    assert run.clones > 5 and len(names) == len(set(names))
