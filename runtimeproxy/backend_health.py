@@ -10,7 +10,11 @@ unreachable again after a wait that doubles from `first_wait_s` up to
 `max_wait_s`, until one dial works. While the runtime is up, the relay's
 events are the news: a failed dial says down at once (and starts the watch
 again); a lost runtime connection only starts the watch, since one closed
-connection does not mean the runtime is gone.
+connection does not mean the runtime is gone. That watch wants two dials that
+work, `first_wait_s` apart, before it ends: a runtime that is shutting down
+closes its connections first and may still accept one dial before it stops
+listening, and a watch that ended on that dial would leave the health at
+SERVING until kubelet dialled again.
 
 It runs on the proxy's event loop and never blocks it: a dial is one
 non-blocking connect, bounded by the caller's `probe`.
@@ -69,7 +73,7 @@ class BackendHealth:
 
     def lost(self) -> None:
         """The runtime closed a connection the relay had open: dial to see whether it is still there."""
-        self._ensure_watching()
+        self._ensure_watching(confirmations=2)
 
     async def close(self) -> None:
         self._closed = True
@@ -79,25 +83,32 @@ class BackendHealth:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def _ensure_watching(self) -> None:
+    def _ensure_watching(self, *, confirmations: int = 1) -> None:
         if not self._closed and not self.watching:
-            self._watch = asyncio.get_running_loop().create_task(self._watch_until_reachable())
+            self._watch = asyncio.get_running_loop().create_task(self._watch_until_reachable(confirmations))
 
     def _stop_watching(self) -> None:
         task, self._watch = self._watch, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()
 
-    async def _watch_until_reachable(self) -> None:
+    async def _watch_until_reachable(self, confirmations: int) -> None:
+        """Dials until `confirmations` dials in a row work; reports down at the first that fails."""
         wait = self._first_wait_s
+        worked = 0
         while True:
             try:
                 await self._probe()
             except OSError as exc:  # asyncio.TimeoutError is TimeoutError, an OSError
+                worked = 0
                 self._set(False, str(exc) or type(exc).__name__)
             else:
-                self._set(True, "")
-                return
+                worked += 1
+                if worked >= confirmations:
+                    self._set(True, "")
+                    return
+                await self._sleep(self._first_wait_s)
+                continue
             await self._sleep(wait)
             wait = min(wait * 2, self._max_wait_s)
 

@@ -114,11 +114,30 @@ def test_a_lost_runtime_connection_only_dials_again_and_reports_down_when_that_d
         health = runtime.health()
         health.start()
         await settle(health)
-        health.lost()  # one connection closed; the runtime still answers
+        health.lost()  # one connection closed; the runtime still answers, twice, a short wait apart
         await settle(health)
-        assert (runtime.dials, runtime.reports) == (2, [True])
+        assert (runtime.dials, runtime.reports, runtime.waits) == (3, [True], [0.25])
         runtime.up = False
         health.lost()
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert runtime.reports == [True, False] and health.watching
+        await health.close()
+
+    asyncio.run(body())
+
+
+def test_a_runtime_that_accepts_one_dial_while_it_shuts_down_is_reported_down() -> None:
+    runtime = ScriptedRuntime(up=True)
+
+    async def body() -> None:
+        health = runtime.health()
+        health.start()
+        await settle(health)
+        health.lost()  # the runtime closed its connections and still accepts this one dial
+        await asyncio.sleep(0)
+        assert runtime.dials == 2 and health.watching  # one dial worked; the watch waits to dial again
+        runtime.up = False  # then it stops listening
         for _ in range(50):
             await asyncio.sleep(0)
         assert runtime.reports == [True, False] and health.watching
