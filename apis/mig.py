@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from apis import names
+from apis.quoting import quoted
 
 _MIB = 2**20
 #: Memory slices of an A100/H100 (placements index them, 0..7).
@@ -97,7 +98,7 @@ def mig_mode(annotations: Mapping[str, str]) -> MIGMode:
         if raw == mode.value:
             return mode
     raise MIGRequestError(
-        f"annotation {names.GPU_MODE}={raw!r} is not a GPU mode; write {MIGMode.MIG.value!r} "
+        f"annotation {names.GPU_MODE}={quoted(raw)} is not a GPU mode; write {MIGMode.MIG.value!r} "
         f"(a MIG instance only), {MIGMode.SHARED.value!r} (never MIG) or leave it out (either)"
     )
 

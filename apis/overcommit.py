@@ -50,6 +50,7 @@ from fractions import Fraction
 from apis import names
 from apis.device_request import Burst, DeviceRequest
 from apis.quantity import QuantityError, format_bytes, parse_quantity
+from apis.quoting import quoted
 
 #: Every annotation this module reads (for memoizing checks by what they read).
 ANNOTATIONS = (names.GPU_QOS, names.GPU_CORE_LIMIT, names.GPU_MEMORY_LIMIT, names.GPU_MEMORY_RATIO_LIMIT)
@@ -77,14 +78,14 @@ def burst_of(
     given = {key: annotations[key].strip() for key in _LIMITS if key in annotations}
     if qos not in ("", names.GPU_QOS_GUARANTEED, names.GPU_QOS_BURSTABLE):
         errors.append(
-            f"annotation {names.GPU_QOS}: {qos!r} is not a GPU QoS tier; write {names.GPU_QOS_BURSTABLE} "
+            f"annotation {names.GPU_QOS}: {quoted(qos)} is not a GPU QoS tier; write {names.GPU_QOS_BURSTABLE} "
             f"(borrow idle GPU capacity up to a limit, evictable) or {names.GPU_QOS_GUARANTEED} (the default)"
         )
         return request
     if qos != names.GPU_QOS_BURSTABLE:
         if given:
             errors.append(
-                f"annotation {next(iter(given))}: {next(iter(given.values()))!r} is a burstable limit, but the pod "
+                f"annotation {next(iter(given))}: {quoted(next(iter(given.values())))} is a burstable limit, but the pod "
                 f"is not burstable; add {names.GPU_QOS}: {names.GPU_QOS_BURSTABLE}, or remove the limit annotations"
             )
         return request
@@ -129,7 +130,7 @@ def _core_limit(given: Mapping[str, str], request: DeviceRequest, errors: list[s
         return request.core_percent
     if not request.core_percent <= value <= _FULL:
         errors.append(
-            f"annotation {names.GPU_CORE_LIMIT}: {raw!r} must be between the request ({names.GPU_CORE} "
+            f"annotation {names.GPU_CORE_LIMIT}: {quoted(raw)} must be between the request ({names.GPU_CORE} "
             f"{request.core_percent}) and {_FULL} (one whole card); write e.g. {max(request.core_percent, 80)}"
         )
     return value
@@ -140,7 +141,7 @@ def _memory_limit(given: Mapping[str, str], request: DeviceRequest, errors: list
     if request.memory_bytes is not None:
         if ratio_raw is not None:
             errors.append(
-                f"annotation {names.GPU_MEMORY_RATIO_LIMIT}: {ratio_raw!r} beside a {names.GPU_MEMORY} request "
+                f"annotation {names.GPU_MEMORY_RATIO_LIMIT}: {quoted(ratio_raw)} beside a {names.GPU_MEMORY} request "
                 f"(bytes); write the limit in bytes as {names.GPU_MEMORY_LIMIT}, e.g. "
                 f"{format_bytes(request.memory_bytes * 2)}"
             )
@@ -149,21 +150,21 @@ def _memory_limit(given: Mapping[str, str], request: DeviceRequest, errors: list
         value = _number(names.GPU_MEMORY_LIMIT, bytes_raw, example="20Gi", errors=errors)
         if value is not None and value > MAX_MEMORY_LIMIT_BYTES:
             errors.append(
-                f"annotation {names.GPU_MEMORY_LIMIT}: {bytes_raw!r} is more memory than any GPU has (at most "
+                f"annotation {names.GPU_MEMORY_LIMIT}: {quoted(bytes_raw)} is more memory than any GPU has (at most "
                 f"{format_bytes(MAX_MEMORY_LIMIT_BYTES)} is accepted); write the most the pod may use on one card, "
                 f"e.g. 20Gi (a limit above the card is the whole card)"
             )
             value = None
         elif value is not None and value < request.memory_bytes:
             errors.append(
-                f"annotation {names.GPU_MEMORY_LIMIT}: {bytes_raw!r} is below the request ({names.GPU_MEMORY} "
+                f"annotation {names.GPU_MEMORY_LIMIT}: {quoted(bytes_raw)} is below the request ({names.GPU_MEMORY} "
                 f"{format_bytes(request.memory_bytes)}); write at least that much"
             )
         return (value if value is not None else request.memory_bytes), None
     ratio = request.memory_ratio_percent or 0
     if bytes_raw is not None:
         errors.append(
-            f"annotation {names.GPU_MEMORY_LIMIT}: {bytes_raw!r} beside a {names.GPU_MEMORY_RATIO} request "
+            f"annotation {names.GPU_MEMORY_LIMIT}: {quoted(bytes_raw)} beside a {names.GPU_MEMORY_RATIO} request "
             f"(percent of the card); write the limit in percent as {names.GPU_MEMORY_RATIO_LIMIT}, e.g. {min(_FULL, ratio * 2)}"
         )
     if ratio_raw is None:
@@ -171,7 +172,7 @@ def _memory_limit(given: Mapping[str, str], request: DeviceRequest, errors: list
     value = _number(names.GPU_MEMORY_RATIO_LIMIT, ratio_raw, example="60", errors=errors)
     if value is not None and not ratio <= value <= _FULL:
         errors.append(
-            f"annotation {names.GPU_MEMORY_RATIO_LIMIT}: {ratio_raw!r} must be between the request "
+            f"annotation {names.GPU_MEMORY_RATIO_LIMIT}: {quoted(ratio_raw)} must be between the request "
             f"({names.GPU_MEMORY_RATIO} {ratio}) and {_FULL}; write e.g. {min(_FULL, ratio * 2)}"
         )
     return None, (value if value is not None else ratio)
@@ -183,7 +184,7 @@ def _number(key: str, raw: str, *, example: str, errors: list[str]) -> int | Non
     except (QuantityError, ValueError):
         value = None
     if value is None or value < 0 or value.denominator != 1 or value > Fraction(2**62):
-        errors.append(f"annotation {key}: {raw!r} is not a whole non-negative number; write e.g. {example}")
+        errors.append(f"annotation {key}: {quoted(raw)} is not a whole non-negative number; write e.g. {example}")
         return None
     return int(value)
 

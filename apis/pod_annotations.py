@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from apis import names
 from apis.device_request import RequestError
 from apis.inventory import model_label
+from apis.quoting import quoted
 
 #: The values of fgpu.io/gpu-topology-scope: "node" (anywhere on the node, the default), then tighter ones.
 TOPOLOGY_SCOPES = ("node", "nvlink", "pcie", "numa")
@@ -35,10 +36,6 @@ TOPOLOGY_SCOPES = ("node", "nvlink", "pcie", "numa")
 JOB_KEY_MAX = 253
 #: The annotations read here, in the order their problems are listed.
 ANNOTATIONS = (names.GPU_MODEL_USE, names.GPU_MODEL_AVOID, names.GPU_TOPOLOGY_SCOPE, names.JOB_KEY)
-
-#: The most of a value a message repeats.
-_SHOWN_MAX = 64
-
 
 @dataclass(frozen=True)
 class Placement:
@@ -80,7 +77,7 @@ def _models(annotations: Mapping[str, str], key: str, errors: list[str]) -> froz
         label = model_label(item)
         if not label:
             errors.append(
-                f"annotation {key}: {_quoted(item.strip())} is not a GPU model; write models such as "
+                f"annotation {key}: {quoted(item.strip())} is not a GPU model; write models such as "
                 f"A100-SXM4-80GB,T4, as the node label {names.NODE_GPU_MODEL} has them (kubectl fgpu inspect "
                 "lists the cluster's)"
             )
@@ -94,7 +91,7 @@ def _topology_scope(annotations: Mapping[str, str], errors: list[str]) -> str:
     scope = text.strip().lower()
     if scope and scope not in TOPOLOGY_SCOPES:
         errors.append(
-            f"annotation {names.GPU_TOPOLOGY_SCOPE}: {_quoted(text)} is not a topology scope; use one of "
+            f"annotation {names.GPU_TOPOLOGY_SCOPE}: {quoted(text)} is not a topology scope; use one of "
             f"{', '.join(TOPOLOGY_SCOPES)}"
         )
         return ""
@@ -106,19 +103,15 @@ def _job_key(annotations: Mapping[str, str], errors: list[str]) -> str:
     key = text.strip()
     if len(key) > JOB_KEY_MAX:
         errors.append(
-            f"annotation {names.JOB_KEY}: {_quoted(key)} is {len(key)} characters long; a job key is at most "
+            f"annotation {names.JOB_KEY}: {quoted(key)} is {len(key)} characters long; a job key is at most "
             f"{JOB_KEY_MAX} characters: use a short name for the job, such as rl-run-7"
         )
         return ""
     if not key.isprintable():
         errors.append(
-            f"annotation {names.JOB_KEY}: {_quoted(key)} holds a line break or another control character; "
+            f"annotation {names.JOB_KEY}: {quoted(key)} holds a line break or another control character; "
             "write the key on one line in printable characters, such as rl-run-7"
         )
         return ""
     return key
 
-
-def _quoted(value: str) -> str:
-    """`value` for a message: quoted and escaped (pod authors' text goes into Events), and cut short."""
-    return repr(value[:_SHOWN_MAX]) + ("..." if len(value) > _SHOWN_MAX else "")

@@ -26,6 +26,7 @@ import grpc
 
 from apis import names
 from fgpuctl.cluster_state import NodeRow, UnverifiedRow, from_scheduler, read_api
+from fgpuctl.text_table import printable, render
 
 if TYPE_CHECKING:
     from scheduler_plugin.boundpods import Verifier
@@ -225,8 +226,7 @@ def table(
                     pods,
                 )
             )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
-    out = ["  ".join([*(cell.ljust(w) for cell, w in zip(line[:-1], widths, strict=True)), line[-1]]).rstrip() for line in lines]
+    out = render(lines, free_last=True)
     total = report["total"]
     out.append("")
     out.append(
@@ -240,15 +240,17 @@ def table(
         out.append("")
         out.append("Nodes that refuse GPU shares (isolation backend not ready; whole GPUs and MIG still work):")
         for n in refusing:
-            out.append(f"  {n['name']}: {n['isolation']['reason']}: {n['isolation']['message']}")
+            out.append(printable(f"  {n['name']}: {n['isolation']['reason']}: {n['isolation']['message']}"))
     if report["unverifiedAllocations"]:
         out.append("")
         out.append("Allocations that do not verify (counted conservatively, not as written):")
         for u in report["unverifiedAllocations"]:
             counted = u["counted"]
             out.append(
-                f"  {u['namespace']}/{u['name']} on {u['node']}: counted as {u['countedAs']} "
-                f"({counted['corePercent']}%,{_gib(counted['memoryBytes'])}): {u['problem']}"
+                printable(
+                    f"  {u['namespace']}/{u['name']} on {u['node']}: counted as {u['countedAs']} "
+                    f"({counted['corePercent']}%,{_gib(counted['memoryBytes'])}): {u['problem']}"
+                )
             )
     return "\n".join(out) + "\n"
 

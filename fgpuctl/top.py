@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +27,7 @@ from typing import Any
 
 from apis import names
 from apis.allocation import AllocationError, decode_allocation, share_memory_bytes
+from fgpuctl.text_table import render
 
 #: The agent's metric names (agent/metrics.py; tests/kubectl_plugin keeps them equal to what it exports).
 POD_MEMORY = names.AGENT_METRIC_POD_GPU_MEMORY_USED
@@ -37,6 +39,10 @@ AGENT_LABELS = {"app.kubernetes.io/component": "agent", "app.kubernetes.io/part-
 METRICS_PORT_NAME = "metrics"
 DEFAULT_METRICS_PORT = 9400
 SCRAPE_TIMEOUT_S = 5.0
+#: What a GPU or MIG UUID looks like, as NVML writes them (GPU-<uuid>, MIG-<uuid>, MIG-GPU-<uuid>/<gi>/<ci>).
+#: top reads allocations without verifying their signature, and a pod author can re-annotate a running
+#: pod: an id of any other form is not shown (fgpuctl inspect says what is wrong with it).
+_GPU_ID = re.compile(r"(GPU|MIG)-[A-Za-z0-9][A-Za-z0-9/_.-]{0,95}")
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,8 @@ def usage_rows(usages: Sequence[AgentUsage], pods: Iterable[Mapping[str, Any]]) 
             continue  # fgpuctl inspect says what is wrong with it; top only shows use
         for share in allocation.gpus:
             gpu = share.mig_uuid or share.uuid
+            if not _GPU_ID.fullmatch(gpu):
+                continue
             memory = share_memory_bytes(share, gpu_memory_bytes=total.get(gpu, 0))
             allocated[(uid, gpu)] = (memory, share.core_percent)
     rows = []
@@ -164,8 +172,7 @@ def table(rows: Sequence[PodGPUUse], *, wide: bool) -> str:
         if wide:
             line += [f"{r.core_allocated_percent}%" if r.core_allocated_percent >= 0 else "-", f"{r.gpu_sm_percent:g}%", r.uid]
         lines.append(line)
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "".join("   ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n" for line in lines)
+    return "".join(line + "\n" for line in render(lines, gap="   "))
 
 
 def document(rows: Sequence[PodGPUUse]) -> dict[str, Any]:

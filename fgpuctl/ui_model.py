@@ -21,14 +21,15 @@ only::
                "mig": [{"profile", "slices", "memoryBytes"}] ...],
      "total": {... as `fgpuctl inspect -o json` ...},
      "pending": {"reachable": true, "note": "", "pods": [{"namespace", "name", "uid", "wants", "summary",
-                 "reasons": [{"reason", "nodes"}], "message"}]},
+                 "reasons": [{"reason", "nodes"}], "message"}], "more": 0},
      "defrag": null | {"pending": {...}, "moves": [{"pod", "from", "to", "gpus"}], "opened": [...],
                        "before": {...}, "after": {...}, "skipped": [...], "notes": [...]},
      "defragStatus": {"state": "pending" | "current" | "stale" | "unavailable" | "off", "reason": "...",
                       "plannedAt": "2025-01-01T11:58:00Z" | null, "tookSeconds": 6.2 | null},
      "query": {"namespace", "pod", "model", "page", "perPage", "pages", "matchingNodes"}}
 
-`defrag` has the shape of `fgpuctl defrag-plan --json`. The plan is made apart from (and less often
+`pending.pods` holds at most `perPage` of the pods that match the query, by namespace and name;
+`pending.more` counts the matching ones left out. `defrag` has the shape of `fgpuctl defrag-plan --json`. The plan is made apart from (and less often
 than) the rest, on an earlier sample, so `defragStatus` says which plan is shown (`PlanState`).
 """
 
@@ -257,6 +258,7 @@ def document(
                 }
                 for p in sorted(gathered.pending.pods, key=lambda p: (p.namespace, p.name))
             ],
+            "more": 0,
         },
     }
     return with_plan(doc, plan)
@@ -332,7 +334,8 @@ def _models(nodes: Sequence[JSON]) -> list[JSON]:
 
 
 def filtered(doc: JSON, query: Query) -> JSON:
-    """The document narrowed to `query` (substring matches, any case) and cut to one page of nodes.
+    """The document narrowed to `query` (substring matches, any case), cut to one page of nodes and
+    at most a page's worth of pending pods (`pending.more` counts the rest).
 
     A node is kept when one of its GPUs is of a matching model and, when a namespace or pod is
     asked for, holds a matching pod; pending pods and defrag moves are narrowed by namespace and pod.
@@ -361,7 +364,10 @@ def filtered(doc: JSON, query: Query) -> JSON:
     start = (page - 1) * query.per_page
     out = dict(doc)
     out["nodes"] = nodes[start : start + query.per_page]
-    out["pending"] = dict(doc["pending"], pods=[p for p in doc["pending"]["pods"] if pod_matches(p["namespace"], p["name"])])
+    # Pod authors decide how many pods wait: the page lists a page's worth, counts the rest, and the
+    # search narrows them (nodes are paged; pending pods are few unless something is wrong).
+    pending = [p for p in doc["pending"]["pods"] if pod_matches(p["namespace"], p["name"])]
+    out["pending"] = dict(doc["pending"], pods=pending[: query.per_page], more=max(0, len(pending) - query.per_page))
     if doc["defrag"] is not None and (ns or pod):
         moves = [m for m in doc["defrag"]["moves"] if pod_matches(*_split(m["pod"]))]
         out["defrag"] = dict(doc["defrag"], moves=moves)

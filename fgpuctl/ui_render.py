@@ -179,7 +179,12 @@ def _pending(pending: JSON) -> str:
             f"<tr class=pending-pod data-pod='{_e(key)}'><td>{_e(key)}</td><td>{_e(p['wants'])}</td>"
             f"<td><span class=summary>{_e(p['summary'])}</span><ul>{reasons}</ul></td><td>{_e(p['message'])}</td></tr>"
         )
-    out.append("</table></section>")
+    out.append("</table>")
+    more = int(pending.get("more", 0))
+    if more:
+        out.append(f"<p class=muted id=pending-more>{more} more pending pod{'s' if more != 1 else ''}: "
+                   "narrow them with the namespace or pod search</p>")
+    out.append("</section>")
     return "".join(out)
 
 

@@ -161,8 +161,12 @@ class UIServer:
     ) -> None:
         self.state = state
         self._on_first_failure = on_first_failure
-        self._httpd = ThreadingHTTPServer((host, port), _handler(state))
-        if ssl_context is not None:
+        #: Host headers answered; empty: any (behind TLS the certificate names the host)
+        self._hosts: set[str] = set()
+        self._httpd = ThreadingHTTPServer((host, port), _handler(state, self._hosts))
+        if ssl_context is None:
+            self._hosts.update(allowed_hosts(*self.address))
+        else:
             # The handshake then runs in the request's own thread, not in the accepting one.
             self._httpd.socket = ssl_context.wrap_socket(self._httpd.socket, server_side=True, do_handshake_on_connect=False)
         self._httpd.daemon_threads = True
@@ -214,7 +218,25 @@ class UIServer:
                 return
 
 
-def _handler(state: ViewState) -> type[BaseHTTPRequestHandler]:
+#: The names a browser on this machine reaches a loopback listener by.
+_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
+def allowed_hosts(host: str, port: int) -> frozenset[str]:
+    """The Host headers a plain-HTTP view answers: its bound address and the loopback names, with the port.
+
+    Without TLS the view listens on loopback only (`fgpuctl ui` refuses otherwise), but a web page
+    the browser has open can still resolve its own domain name to 127.0.0.1 (DNS rebinding) and read
+    /cluster.json as "same origin": its requests carry that domain as Host, which this refuses.
+    """
+    bound = f"[{host}]" if ":" in host else host
+    names = {bound, *_LOOPBACK_NAMES}
+    with_port = {f"{name}:{port}" for name in names}
+    # A browser leaves out the default port.
+    return frozenset(with_port | (names if port == 80 else set()))
+
+
+def _handler(state: ViewState, hosts: set[str]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "fgpuctl-ui"
 
@@ -222,6 +244,10 @@ def _handler(state: ViewState) -> type[BaseHTTPRequestHandler]:
             self.do_GET()
 
         def do_GET(self) -> None:
+            if hosts and (self.headers.get("Host") or "").lower() not in hosts:
+                self._send(HTTPStatus.MISDIRECTED_REQUEST, "text/plain; charset=utf-8",
+                           b"misdirected request: this view answers only to its own address, such as localhost\n")
+                return
             url = urlsplit(self.path)
             if url.path not in ("/", "/cluster.json"):
                 self._send(HTTPStatus.NOT_FOUND, "text/plain; charset=utf-8", b"not found: the view is at / and /cluster.json\n")

@@ -24,6 +24,7 @@ import yaml
 
 from apis import pod_check
 from apis.pods import pod_key
+from apis.quoting import SHOWN_MAX, quoted
 from apis.translation import RulesError, TranslationRules
 
 EXIT_VALID = 0
@@ -144,10 +145,16 @@ def _objects(obj: object, where: str, err: TextIO) -> Iterator[Manifest]:
     path = _TEMPLATE_PATHS.get(str(kind))
     template = _dig(obj, path) if path else None
     if not isinstance(template, Mapping):
-        print(f"fgpuctl validate: {where}: skipped {kind} {pod_key(obj)}: not a Pod and has no pod template", file=err)
+        print(f"fgpuctl validate: {where}: skipped {_shown(str(kind))} {_shown(pod_key(obj))}: not a Pod and has no pod template", file=err)
         return
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
     yield Manifest(key=pod_key({"metadata": meta}), kind=str(kind), pod=template)
+
+
+def _shown(value: str) -> str:
+    """A manifest's kind or name for a message: bare when plain, else quoted, escaped and cut (the file may be anyone's)."""
+    plain = value and value.isprintable() and len(value) <= SHOWN_MAX and not any(c in value for c in " '\"")
+    return value if plain else quoted(value)
 
 
 def _dig(obj: Mapping[str, Any], path: tuple[str, ...]) -> object:

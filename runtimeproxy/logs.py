@@ -24,15 +24,28 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 def _quote(value: Any) -> str:
+    """`value` as one logfmt token: bare when plainly printable, else a JSON string.
+
+    Values carry pod authors' text: a CR, ESC or NBSP left raw would rewrite or forge a line on a
+    terminal, so anything not printable (Unicode's sense: controls, format and separator
+    characters but the plain space) is quoted, and JSON escapes it.
+    """
     text = str(value)
-    if text == "" or any(c in text for c in ' "=\n'):
+    if text == "" or not text.isprintable() or any(c in text for c in ' "='):
         return json.dumps(text)
     return text
 
 
+def _printable(text: str) -> str:
+    """`text` with each non-printable character escaped (the message is fgpu's, its arguments may not be)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in text)
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        head = f"{self.formatTime(record)} {record.levelname.lower()} {record.name}: {record.getMessage()}"
+        head = f"{self.formatTime(record)} {record.levelname.lower()} {record.name}: {_printable(record.getMessage())}"
         parts = [head, *(f"{k}={_quote(v)}" for k, v in _fields(record).items())]
         line = " ".join(parts)
         if record.exc_info:

@@ -29,6 +29,11 @@ EventSink = Callable[[str, dict[str, Any]], None]
 
 #: Most distinct reasons listed in one message; the rest are counted.
 _MAX_REASONS = 5
+#: The API server refuses an Event whose message is longer, counted in UTF-8 bytes when eventTime
+#: is set (Kubernetes' NoteLengthLimit, compared with Go's len()).
+MESSAGE_MAX_BYTES = 1024
+#: Marks a message cut to fit.
+_CUT_MARK = "\u2026"
 
 
 def summarize(verdicts: Sequence[NodeVerdict], *, pod_error: str = "") -> str:
@@ -45,6 +50,16 @@ def summarize(verdicts: Sequence[NodeVerdict], *, pod_error: str = "") -> str:
         rest = sum(n for _, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[_MAX_REASONS:])
         parts = [*parts[:_MAX_REASONS], f"{rest} node(s): other reasons"]
     return f"{fit}/{total} nodes are available: " + "; ".join(parts) + "."
+
+
+def fit_message(message: str, max_bytes: int = MESSAGE_MAX_BYTES) -> str:
+    """`message` cut to at most `max_bytes` UTF-8 bytes at a character boundary, the cut marked with an ellipsis."""
+    data = message.encode()
+    if len(data) <= max_bytes:
+        return message
+    room = max_bytes - len(_CUT_MARK.encode())
+    # errors="ignore" drops a character the byte cut split in two
+    return data[:room].decode(errors="ignore") + _CUT_MARK
 
 
 def event_body(
@@ -76,7 +91,7 @@ def event_body(
             "resourceVersion": meta.get("resourceVersion", ""),
         },
         "reason": reason,
-        "message": message[:1024],
+        "message": fit_message(message),
         "type": "Warning" if warning else "Normal",
         "source": {"component": names.SCHEDULER_NAME},
         "reportingComponent": names.SCHEDULER_NAME,

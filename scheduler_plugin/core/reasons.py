@@ -11,7 +11,7 @@ for other pods to leave could ever help.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +34,8 @@ from scheduler_plugin.core.labels import LabelIndex, matches
 from scheduler_plugin.core.noderules import refusal
 from scheduler_plugin.core.records import NodeRecord
 
-#: Unhealthy GPUs named one by one in a reason before the rest are counted.
+#: Unhealthy GPUs (and the pod's models, affinity values) named one by one in a reason before the
+#: rest are counted: the pod's lists are its author's text, as long as an annotation allows.
 _MAX_LISTED = 3
 _SCOPE_WORDS = {"nvlink": "NVLink group", "pcie": "PCIe root", "numa": "NUMA node"}
 
@@ -108,6 +109,13 @@ def explain(
     return _gpu_reason(state, record, slot, constraints)
 
 
+def listed(items: Sequence[str], most: int = _MAX_LISTED) -> str:
+    """ "a, b, c and 4 more": at most `most` items named, the rest counted."""
+    if len(items) <= most:
+        return ", ".join(items)
+    return ", ".join(items[:most]) + f" and {len(items) - most} more"
+
+
 def _labels_reason(node_labels: Mapping[str, str], constraints: Constraints) -> str:
     pod = constraints.pod
     for key, value in pod.node_selector.items():
@@ -120,7 +128,7 @@ def _labels_reason(node_labels: Mapping[str, str], constraints: Constraints) -> 
     ):
         unmet = [
             next(
-                (f"{r.key} {r.operator} {list(r.values)}" for r in term if not matches(node_labels, r)),
+                (f"{r.key} {r.operator} [{listed([repr(v) for v in r.values])}]" for r in term if not matches(node_labels, r)),
                 "empty term",
             )
             for term in pod.affinity_terms
@@ -148,8 +156,8 @@ def _gpu_reason(state: ClusterState, record: NodeRecord, slot: int, constraints:
         if constraints.job_model is not None and constraints.job_model not in node_models:
             return Reason(f"job {pod.job_key} runs on model {constraints.job_model}; node has {have}", True)
         if pod.model_use and not set(node_models) & pod.model_use:
-            return Reason(f"model {have} not in use list [{', '.join(sorted(pod.model_use))}]", True)
-        return Reason(f"model {have} in avoid list [{', '.join(sorted(pod.model_avoid))}]", True)
+            return Reason(f"model {have} not in use list [{listed(sorted(pod.model_use))}]", True)
+        return Reason(f"model {have} in avoid list [{listed(sorted(pod.model_avoid))}]", True)
 
     total = len(allowed)
     if total < demand.gpus:
