@@ -26,7 +26,7 @@ import dataclasses
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from apis import device_fields, names
@@ -108,6 +108,44 @@ def from_device_object(obj: Mapping[str, Any]) -> NodeDevices:
     values["gpus"] = tuple(gpus)
     devices: NodeDevices = device_fields.build(NodeDevices, values)
     return devices
+
+
+def from_unique_device_object(obj: Mapping[str, Any]) -> NodeDevices:
+    """`from_device_object`, refusing (DeviceError naming both entries) a Device that lists one GPU
+    or MIG UUID twice: what the scheduler reads. The plain reader keeps such an object readable
+    for tools that show it as it is."""
+    devices = from_device_object(obj)
+    entries = _mapping(obj.get("spec"), where="spec").get("devices") or []
+    places = [
+        f"spec.devices[{i}]"
+        for i, entry in enumerate(entries)
+        if isinstance(entry, Mapping) and entry.get("type") == names.DEVICE_TYPE_GPU
+    ]
+    check_unique_uuids(devices, what=f"Device {devices.node_name}", places=places)
+    return devices
+
+
+def check_unique_uuids(devices: NodeDevices, *, what: str = "", places: Sequence[str] = ()) -> None:
+    """Raises DeviceError naming both entries when two GPUs or MIG instances of `devices` share a UUID.
+
+    The scheduler counts shares by UUID: a GPU listed twice would carry every share on one entry while
+    the other looked free forever, so pods could take it whole again and again. `what` names the
+    source ("Device n1"); `places[i]` names the i-th GPU there ("spec.devices[2]").
+    """
+    seen: dict[str, str] = {}
+    for i, gpu in enumerate(devices.gpus):
+        place = places[i] if i < len(places) else f"GPU {i} (index {gpu.index}, minor {gpu.minor})"
+        named = [(gpu.uuid, place)]
+        named += [(mig.uuid, f"{place} MIG instance {j}") for j, mig in enumerate(gpu.mig_instances)]
+        for uuid, where in named:
+            if not uuid:
+                continue  # a GPU known by its minor only (an old koordlet): nothing to repeat
+            first = seen.setdefault(uuid, where)
+            if first != where:
+                raise DeviceError(
+                    f"{what or 'node ' + devices.node_name}: {where} has UUID {uuid!r}, which {first} has already; "
+                    "each GPU and MIG instance must be listed once (fix the agent, or the hand-edited object)"
+                )
 
 
 def _gpu_to_spec(gpu: GPUInfo) -> dict[str, Any]:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from apis.devices import DeviceError, NodeDevices, from_device_object
+from apis.device_object import from_unique_device_object
+from apis.devices import DeviceError, NodeDevices
 from apis.quantity import QuantityError, parse_quantity
 from scheduler_plugin import binder, pods
 from scheduler_plugin.backend import JSON, Snapshot, StateSink
@@ -26,6 +27,13 @@ from scheduler_plugin.errors import KubeAPIError, WatchExpired
 from scheduler_plugin.kube import Kube, Listing, WatchStream
 
 log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class NodeObjectsSink(Protocol):
+    """A sink that can be told a node exists only while its Node object does (`SchedulingService`)."""
+
+    def require_node_objects(self) -> None: ...
 
 
 def node_info(node: Mapping[str, Any]) -> NodeInfo:
@@ -42,7 +50,8 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
 
 def devices_of(obj: Mapping[str, Any]) -> NodeDevices | None:
     try:
-        return from_device_object(obj)
+        # A GPU listed twice would let its shares pile up on one entry while the other looked free.
+        return from_unique_device_object(obj)
     except DeviceError as exc:
         log.error("Device %s unreadable, ignored until fixed: %s", (obj.get("metadata") or {}).get("name"), exc)
         return None
@@ -172,6 +181,11 @@ class KubernetesBackend:
         self._stop = threading.Event()
 
     def start(self, sink: StateSink) -> None:
+        if isinstance(sink, NodeObjectsSink):
+            # A Device is owned by its Node and deleted after it by the garbage collector: in
+            # between (and after any relist then) it must not read as a node to schedule on.
+            sink.require_node_objects()
+
         def on_device(obj: JSON) -> None:
             devices = devices_of(obj)
             if devices is not None:

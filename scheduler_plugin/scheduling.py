@@ -32,11 +32,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from apis import names
 from apis.allocation import Allocation, AllocationError
-from apis.devices import NodeDevices
+from apis.device_object import check_unique_uuids
+from apis.devices import DeviceError, NodeDevices
 from apis.request import RequestError
 from apis.signing import SchedulerKeys, allocation_annotations, verify_pod_annotations
 from apis.translation import TranslationRules
@@ -71,6 +72,13 @@ class PendingSink(Protocol):
     def discard(self, uid: str) -> None: ...
 
     def all_due_now(self) -> None: ...
+
+
+@runtime_checkable
+class NodeObjectsCore(Protocol):
+    """A core that can make a node's Node facts a condition of scheduling on it (`Scheduler`)."""
+
+    require_node_info: bool
 
 
 @dataclass(frozen=True)
@@ -143,6 +151,15 @@ class SchedulingService:
         self._binding: dict[str, tuple[NodeName, int]] = {}
         #: uids whose last bind's outcome is unknown (Unavailable): it may land while the reservation lasts
         self._unsettled: set[str] = set()
+        #: uids the feed saw deleted (or finished) while a bind of theirs was in flight: that bind,
+        #: coming back, must not count them again
+        self._gone_while_binding: set[str] = set()
+        #: a node exists only while its Node object does (require_node_objects)
+        self._nodes_need_objects = False
+        #: the last Node facts and devices fed per node, to tell a change that may make room
+        #: (the standalone queue then retries its waiting pods) from a repeat of what is known
+        self._infos: dict[str, NodeInfo] = {}
+        self._devices: dict[str, NodeDevices] = {}
 
     # --- decisions ----------------------------------------------------------------
 
@@ -240,7 +257,8 @@ class SchedulingService:
                     # Outcome unknown: keep the reservation (see module docstring).
                     self.metrics.bind_failures.labels(step="unknown").inc()
                     with self._lock:
-                        self._unsettled.add(request.uid)
+                        if request.uid not in self._gone_while_binding:
+                            self._unsettled.add(request.uid)
                     raise
                 except Conflict:
                     self.metrics.bind_failures.labels(step="bind").inc()
@@ -252,11 +270,17 @@ class SchedulingService:
                         self._core.unreserve(request.uid)
                     raise
             with self._lock:
+                self._unsettled.discard(request.uid)
+                if request.uid in self._gone_while_binding:
+                    # The feed saw the pod bound and then deleted before this call came back:
+                    # counting it now would hold its GPUs for a pod that no longer exists.
+                    log.info("pod %s was deleted while its bind was answering; not counted", request.key)
+                    self._core.unreserve(request.uid)
+                    return signed
                 # Not confirm(): the reservation may have expired or been dropped
                 # (Unreserve, resync) while the bind ran; add_pod counts the pod either way.
                 self._core.add_pod(request, target, allocation)
                 self._bound[request.uid] = target
-                self._unsettled.discard(request.uid)
                 if signed.annotations:
                     self._history.remember(request.uid, target, signed.allocation)
             return signed
@@ -321,6 +345,10 @@ class SchedulingService:
         return signed
 
     def report_devices(self, devices: NodeDevices) -> list[str]:
+        try:
+            check_unique_uuids(devices, what=f"report of node {devices.node_name}", places=_report_places(devices))
+        except DeviceError as exc:
+            raise InvalidRequest(str(exc)) from exc
         self._backend.store_devices(devices)
         return self.on_devices_lines(devices)
 
@@ -350,14 +378,30 @@ class SchedulingService:
 
     # --- state feed (StateSink) --------------------------------------------------------
 
+    def require_node_objects(self) -> None:
+        """A node takes pods only while its Node object exists (called by the kubernetes backend).
+
+        There a Device outlives its deleted Node until the garbage collector removes it, and any
+        relist in between would otherwise make the node schedulable again.
+        """
+        with self._lock:
+            self._nodes_need_objects = True
+            self._configure(self._core)
+
     def load(self, snapshot: Snapshot) -> None:
         with self.metrics.timed(Phase.REBUILD):
-            core = self._core_factory()
+            core = self._configure(self._core_factory())
             gpus: dict[str, frozenset[str]] = {}
             orphans: list[str] = []
+            devices_fed: dict[str, NodeDevices] = {}
             for devices in snapshot.devices:
+                try:
+                    orphans.extend(core.upsert_node_devices(devices))
+                except DeviceError as exc:
+                    log.error("devices of node %s ignored until fixed: %s", devices.node_name, exc)
+                    continue
                 gpus[devices.node_name] = boundpods.gpu_uuids(devices)
-                orphans.extend(core.upsert_node_devices(devices))
+                devices_fed[devices.node_name] = devices
             for info in snapshot.nodes:
                 core.upsert_node_info(info)
             bound: dict[str, NodeName] = {}
@@ -371,8 +415,12 @@ class SchedulingService:
                 self._bound_pods = bound_pods
                 self._gpus = gpus
                 self._bound = bound
+                self._devices = devices_fed
+                self._infos = {info.name: info for info in snapshot.nodes}
                 self._loaded = True
         self._report_orphans(orphans)
+        if self.pending is not None:
+            self.pending.all_due_now()  # the new picture may have room the waiting pods did not see
         log.info("state rebuilt: %d nodes with devices, %d bound pods", len(snapshot.devices), len(snapshot.pods))
 
     def resync(self, backend: Backend) -> None:
@@ -384,28 +432,52 @@ class SchedulingService:
         self.on_devices_lines(devices)
 
     def on_devices_lines(self, devices: NodeDevices) -> list[str]:
+        name = devices.node_name
         with self._lock:
-            self._gpus[devices.node_name] = boundpods.gpu_uuids(devices)
-            lines = self._core.upsert_node_devices(devices)
-            self._bound_pods.recount(NodeName(devices.node_name))
+            try:
+                lines = self._core.upsert_node_devices(devices)
+            except DeviceError as exc:
+                # The node keeps what it had: an inventory listing a GPU twice would let its shares
+                # pile up on one entry while the other looked free.
+                log.error("devices of node %s ignored until fixed: %s", name, exc)
+                return []
+            self._gpus[name] = boundpods.gpu_uuids(devices)
+            self._bound_pods.recount(NodeName(name))
+            changed = self._devices.get(name) != devices
+            self._devices[name] = devices
         self._report_orphans(lines)
+        if changed:
+            self._retry_pending()
         return lines
 
     def on_devices_removed(self, node: NodeName) -> None:
         # Bound pods on the node stay counted: the GPUs may come back, and
         # their allocations are reported as orphaned by the core's own view.
         with self._lock:
+            if node not in self._gpus:
+                # Its Node went first (the garbage collector's order) and took the node with it, or
+                # its devices were never read: an empty report would bring back a node that is gone.
+                return
             self._gpus[node] = frozenset()
+            self._devices.pop(node, None)
             lines = self._core.upsert_node_devices(NodeDevices(node_name=node))
         self._report_orphans(lines)
 
     def on_node(self, info: NodeInfo) -> None:
         with self._lock:
             self._core.upsert_node_info(info)
+            changed = self._infos.get(info.name) != info
+            self._infos[info.name] = info
+        if changed:
+            # Added, uncordoned, relabelled, untainted, grown: waiting pods may fit now. A status
+            # heartbeat reads as the same facts and retries nothing.
+            self._retry_pending()
 
     def on_node_removed(self, node: NodeName) -> None:
         with self._lock:
             self._gpus.pop(node, None)
+            self._infos.pop(node, None)
+            self._devices.pop(node, None)
             self._core.remove_node(node)
 
     def on_pod(self, pod: Mapping[str, Any]) -> None:
@@ -429,6 +501,8 @@ class SchedulingService:
     def on_pod_removed(self, pod: Mapping[str, Any]) -> None:
         uid = pods.uid(pod)
         with self._lock:
+            if uid in self._binding:
+                self._gone_while_binding.add(uid)
             self._pending_gpu.forget(uid)
             held = self._core.allocation_of(uid) is not None
             self._bound.pop(uid, None)
@@ -482,6 +556,19 @@ class SchedulingService:
             self._binding[uid] = (node, count - 1)
         else:
             self._binding.pop(uid, None)
+            self._gone_while_binding.discard(uid)
+
+    def _configure(self, core: Core) -> Core:
+        if self._nodes_need_objects:
+            if isinstance(core, NodeObjectsCore):
+                core.require_node_info = True
+            else:
+                log.warning("core %s cannot require Node objects; a Device alone makes a node", type(core).__name__)
+        return core
+
+    def _retry_pending(self) -> None:
+        if self.pending is not None:
+            self.pending.all_due_now()
 
     def _count_bound_elsewhere(self, request: PodRequest) -> None:
         """After a Conflict: counts the pod where it is actually bound, with the allocation it carries."""
@@ -585,6 +672,10 @@ def _verifier(keys: SchedulerKeys | None) -> boundpods.Verifier | None:
         return verify_pod_annotations(keys.verifying_keys(), pod_uid=pod_uid, node_name=node_name, annotations=annotations)
 
     return verify
+
+
+def _report_places(devices: NodeDevices) -> list[str]:
+    return [f"report.gpus[{i}]" for i in range(len(devices.gpus))]
 
 
 def _describe(exc: BaseException) -> str:

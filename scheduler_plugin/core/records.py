@@ -47,11 +47,19 @@ class NodeRecord:
     external: frozenset[str] = frozenset()
     topology: NodeTopology = field(default_factory=lambda: NodeTopology((), (), ()))
     pods: dict[PodUID, PodRecord] = field(default_factory=dict)
+    #: the node exists only while its Node object does (state read from the Kubernetes API): a
+    #: Device outlives its deleted Node until the garbage collector removes it, and is no node
+    require_info: bool = False
 
     @property
     def known(self) -> bool:
-        """The node exists for scheduling (we have its Node facts or its devices)."""
-        return self.info is not None or self.devices is not None
+        """The node exists for scheduling: we have its Node facts, or its devices unless `require_info`."""
+        return self.info is not None or (self.devices is not None and not self.require_info)
+
+    @property
+    def unused(self) -> bool:
+        """Nothing left to keep the record for: no Node facts, no devices, no pods."""
+        return self.info is None and self.devices is None and not self.pods
 
     def set_devices(self, devices: NodeDevices | None) -> None:
         self.devices = devices

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from apis import names
 from apis.allocation import Allocation
+from apis.device_object import check_unique_uuids
 from apis.devices import NodeDevices
 from scheduler_plugin.core import gpuchoice, views
 from scheduler_plugin.core.api import (
@@ -76,7 +77,11 @@ class Scheduler:
         policy_params: Mapping[str, float] | None = None,
         gpu_policy_params: Mapping[str, float] | None = None,
         policy_options: Mapping[str, Any] | None = None,
+        require_node_info: bool = False,
     ) -> None:
+        """`require_node_info`: a node takes pods only while its Node facts are known (the state comes
+        from the Kubernetes API, where a Device lingers after its Node is deleted); without it (the
+        embedded store, simulators) a Device report alone makes a node."""
         if assume_ttl_s <= 0:
             raise ValueError(f"assume_ttl_s={assume_ttl_s} must be > 0 seconds")
         self.state = ClusterState()
@@ -85,6 +90,7 @@ class Scheduler:
         self.assume_ttl_s = assume_ttl_s
         self.tie_break_seed = tie_break_seed
         self._nodes: dict[NodeName, NodeRecord] = {}
+        self._require_node_info = require_node_info
         self._pods: dict[PodUID, PodRecord] = {}
         self._jobs = JobModels()
         #: > 0 while a planner tries moves out (`hypothetical`)
@@ -111,9 +117,24 @@ class Scheduler:
         self._passed: tuple[int, npt.NDArray[np.object_]] | None = None
         self._last_fit: tuple[int, PodRequest, FitResult] | None = None
 
+    @property
+    def require_node_info(self) -> bool:
+        return self._require_node_info
+
+    @require_node_info.setter
+    def require_node_info(self, required: bool) -> None:
+        if required == self._require_node_info:
+            return
+        self._require_node_info = required
+        for record in self._nodes.values():
+            record.require_info = required
+            self._refresh(record)
+
     # --- state feed --------------------------------------------------------------
 
     def upsert_node_devices(self, devices: NodeDevices) -> list[str]:
+        """Raises DeviceError (before changing anything) when `devices` lists a UUID twice."""
+        check_unique_uuids(devices, what=f"devices of node {devices.node_name}")
         name = NodeName(devices.node_name)
         record = self._record(name)
         record.set_devices(devices)
@@ -373,7 +394,7 @@ class Scheduler:
     def _record(self, name: NodeName) -> NodeRecord:
         record = self._nodes.get(name)
         if record is None:
-            record = self._nodes[name] = NodeRecord(name=name)
+            record = self._nodes[name] = NodeRecord(name=name, require_info=self._require_node_info)
             slot = self.state.slot(name)
             self.labels.set_labels(slot, {names.NODE_NAME_FIELD: name})
         return record
@@ -382,7 +403,7 @@ class Scheduler:
         write_node_row(self.state, record, self.state.slot_of[record.name])
 
     def _forget_if_unused(self, record: NodeRecord) -> None:
-        if not record.known and not record.pods:
+        if record.unused:
             slot = self.state.slot_of[record.name]
             self.labels.clear(slot)
             del self._nodes[record.name]

@@ -76,7 +76,6 @@ def _delete_pod(api: KubeAPIServer, name: str) -> None:
 # --- nodes that are gone -------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="a Device without its Node (Node deleted, Device not yet collected) is a schedulable node after any relist")
 def test_standalone_never_binds_a_gpu_pod_to_a_deleted_node_whose_device_lingers(
     kube_api: KubeAPIServer, key_file: str, apps: list[SchedulerApp]
 ) -> None:
@@ -94,7 +93,6 @@ def test_standalone_never_binds_a_gpu_pod_to_a_deleted_node_whose_device_lingers
     assert _node_of(kube_api, "train") == "", "bound to a node that no longer exists (only its Device is left)"
 
 
-@pytest.mark.xfail(strict=True, reason="deleting a Device after its Node re-creates the node in the core (empty devices, untracked CPU): a ghost")
 def test_standalone_never_binds_a_pod_to_a_node_deleted_before_its_device(
     kube_api: KubeAPIServer, key_file: str, apps: list[SchedulerApp]
 ) -> None:
@@ -115,7 +113,6 @@ def test_standalone_never_binds_a_pod_to_a_node_deleted_before_its_device(
 # --- a pod deleted while its bind is in flight ---------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="bind() re-adds a pod the informer already saw deleted: its GPU stays held until the next leader change")
 def test_a_pod_deleted_right_after_its_binding_frees_its_gpu(
     kube_api: KubeAPIServer, key_file: str, apps: list[SchedulerApp]
 ) -> None:
@@ -169,7 +166,6 @@ def embedded(tmp_path: Path) -> Iterator[SchedulingService]:
     backend.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="only a pod leaving requeues waiting pods; a node added/uncordoned/healed leaves them in backoff up to 30 s")
 def test_standalone_retries_a_waiting_pod_as_soon_as_a_node_that_fits_it_arrives(embedded: SchedulingService) -> None:
     clock = _Clock()
     queue = PendingQueue(clock=clock)
@@ -196,7 +192,6 @@ def test_standalone_retries_a_waiting_pod_as_soon_as_a_node_that_fits_it_arrives
 # --- a Device that lists one GPU twice ---------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="a Device listing one UUID twice is accepted; the shares count on one slot and the other looks free forever")
 def test_a_device_listing_one_gpu_twice_never_lets_two_pods_take_that_gpu_whole(embedded: SchedulingService) -> None:
     devices = gpu_node("n1", gpus=2)
     first, second = devices.gpus
