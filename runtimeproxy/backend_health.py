@@ -10,11 +10,13 @@ unreachable again after a wait that doubles from `first_wait_s` up to
 `max_wait_s`, until one dial works. While the runtime is up, the relay's
 events are the news: a failed dial says down at once (and starts the watch
 again); a lost runtime connection only starts the watch, since one closed
-connection does not mean the runtime is gone. That watch wants two dials that
-work, `first_wait_s` apart, before it ends: a runtime that is shutting down
-closes its connections first and may still accept one dial before it stops
-listening, and a watch that ended on that dial would leave the health at
-SERVING until kubelet dialled again.
+connection does not mean the runtime is gone. That watch goes on dialling,
+with the same doubling waits, until the wait reaches `max_wait_s` with every
+dial working (about 8 s with the defaults), and a relay dial that works does not
+end it: a runtime that is shutting down closes its connections first and may
+still accept dials for a while before it stops listening, and a watch that
+ended on such a dial would leave the health at SERVING until kubelet dialled
+again.
 
 It runs on the proxy's event loop and never blocks it: a dial is one
 non-blocking connect, bounded by the caller's `probe`.
@@ -52,6 +54,7 @@ class BackendHealth:
         #: None until the first dial's outcome is known
         self.reachable: bool | None = None
         self._watch: asyncio.Task[None] | None = None
+        self._watch_confirms = False
         self._closed = False
 
     @property
@@ -65,15 +68,19 @@ class BackendHealth:
     def dialled(self, ok: bool) -> None:
         """A relay dial's outcome (after its own retries)."""
         if ok:
-            self._stop_watching()
+            if not self._confirming:
+                self._stop_watching()
             self._set(True, "")
         else:
             self._set(False, "a kubelet connection could not dial it")
             self._ensure_watching()
 
     def lost(self) -> None:
-        """The runtime closed a connection the relay had open: dial to see whether it is still there."""
-        self._ensure_watching(confirmations=2)
+        """The runtime closed a connection the relay had open: dial for a while to see whether it is still there."""
+        if self._confirming:
+            return  # already watching a loss through
+        self._stop_watching()
+        self._ensure_watching(confirm=True)
 
     async def close(self) -> None:
         self._closed = True
@@ -83,32 +90,34 @@ class BackendHealth:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def _ensure_watching(self, *, confirmations: int = 1) -> None:
+    @property
+    def _confirming(self) -> bool:
+        return self.watching and self._watch_confirms
+
+    def _ensure_watching(self, *, confirm: bool = False) -> None:
         if not self._closed and not self.watching:
-            self._watch = asyncio.get_running_loop().create_task(self._watch_until_reachable(confirmations))
+            self._watch_confirms = confirm
+            self._watch = asyncio.get_running_loop().create_task(self._watch_until_reachable(confirm))
 
     def _stop_watching(self) -> None:
         task, self._watch = self._watch, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()
 
-    async def _watch_until_reachable(self, confirmations: int) -> None:
-        """Dials until `confirmations` dials in a row work; reports down at the first that fails."""
+    async def _watch_until_reachable(self, confirm: bool) -> None:
+        """Dials until one works (with `confirm`: until they have worked up to a wait of `max_wait_s`);
+        reports down at every one that fails."""
         wait = self._first_wait_s
-        worked = 0
         while True:
             try:
                 await self._probe()
             except OSError as exc:  # asyncio.TimeoutError is TimeoutError, an OSError
-                worked = 0
+                confirm = False  # it was gone: the next dial that works is news enough
                 self._set(False, str(exc) or type(exc).__name__)
             else:
-                worked += 1
-                if worked >= confirmations:
-                    self._set(True, "")
+                self._set(True, "")
+                if not confirm or wait >= self._max_wait_s:
                     return
-                await self._sleep(self._first_wait_s)
-                continue
             await self._sleep(wait)
             wait = min(wait * 2, self._max_wait_s)
 

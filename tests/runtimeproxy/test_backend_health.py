@@ -114,9 +114,9 @@ def test_a_lost_runtime_connection_only_dials_again_and_reports_down_when_that_d
         health = runtime.health()
         health.start()
         await settle(health)
-        health.lost()  # one connection closed; the runtime still answers, twice, a short wait apart
+        health.lost()  # one connection closed; the runtime still answers, on every dial up to the longest wait
         await settle(health)
-        assert (runtime.dials, runtime.reports, runtime.waits) == (3, [True], [0.25])
+        assert (runtime.dials, runtime.reports, runtime.waits) == (7, [True], [0.25, 0.5, 1.0, 2.0, 4.0])
         runtime.up = False
         health.lost()
         for _ in range(50):
@@ -138,6 +138,26 @@ def test_a_runtime_that_accepts_one_dial_while_it_shuts_down_is_reported_down() 
         await asyncio.sleep(0)
         assert runtime.dials == 2 and health.watching  # one dial worked; the watch waits to dial again
         runtime.up = False  # then it stops listening
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert runtime.reports == [True, False] and health.watching
+        await health.close()
+
+    asyncio.run(body())
+
+
+def test_a_working_relay_dial_does_not_end_the_watch_of_a_lost_connection() -> None:
+    runtime = ScriptedRuntime(up=True)
+
+    async def body() -> None:
+        health = runtime.health()
+        health.start()
+        await settle(health)
+        health.lost()
+        await asyncio.sleep(0)
+        health.dialled(True)  # kubelet reconnected through a runtime that is still shutting down
+        assert health.watching
+        runtime.up = False
         for _ in range(50):
             await asyncio.sleep(0)
         assert runtime.reports == [True, False] and health.watching
