@@ -92,7 +92,8 @@ def discover(
             failed.append((gpu, guessed))
             continue
         for mig in gpu.mig_instances:
-            mig_parents[mig.uuid] = uuid
+            if mig.uuid:  # an empty GPU instance has no MIG device to open
+                mig_parents[mig.uuid] = uuid
         read.append(gpu)
     for mig_uuid, parent in mig_parents.items():
         parent_handle = handles[parent]
@@ -272,6 +273,12 @@ def _mig_enabled(nvml: NVML, handle: Any) -> bool:
 
 
 def _mig_instances(nvml: NVML, handle: Any) -> tuple[MIGInstance, ...]:
+    """The GPU's MIG devices, then its GPU instances without one (uuid "": taken, but nothing to run on).
+
+    An empty GPU instance (`nvidia-smi mig -cgi` without `-C`, or a create left half-made) has no
+    MIG device, yet NVML refuses every create that overlaps its memory slices; unreported, the
+    scheduler would choose such a placement again and again.
+    """
     instances = []
     for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
         try:
@@ -297,7 +304,32 @@ def _mig_instances(nvml: NVML, handle: Any) -> tuple[MIGInstance, ...]:
                 placement_size=placement.size,
             )
         )
-    return tuple(instances)
+    return (*instances, *_empty_gpu_instances(nvml, handle, {m.gpu_instance_id for m in instances}))
+
+
+def _empty_gpu_instances(nvml: NVML, handle: Any, with_device: set[int]) -> list[MIGInstance]:
+    empty = [gi for gi in mig_discovery.gpu_instances(nvml, handle) if gi[0] not in with_device]
+    if not empty:
+        return []
+    profiles = {p.profile_id: p for p in mig_discovery.read_profiles(nvml, handle)}
+    out = []
+    for gi_id, profile_id, placement in empty:
+        profile = profiles.get(profile_id)
+        out.append(
+            MIGInstance(
+                uuid="",
+                profile=profile.name if profile else str(profile_id),
+                memory_bytes=profile.memory_bytes if profile else 0,
+                slices=profile.slices if profile else 0,
+                gpu_instance_id=gi_id,
+                compute_instance_id=-1,
+                index=-1,
+                profile_id=profile_id,
+                placement_start=placement.start,
+                placement_size=placement.size,
+            )
+        )
+    return out
 
 
 def mig_profile(device_name: str, attrs: Any) -> str:

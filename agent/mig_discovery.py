@@ -79,6 +79,24 @@ def instance_placement(nvml: NVML, handle: Any, gpu_instance_id: int) -> tuple[i
     return int(info.profileId), MIGPlacement(int(info.placement.start), int(info.placement.size))
 
 
+#: GPU instance ids NVML hands out on A100/H100 (0 for a 7g, up to 14 for 1g instances).
+MAX_GPU_INSTANCE_ID = 15
+
+
+def gpu_instances(nvml: NVML, handle: Any) -> list[tuple[int, int, MIGPlacement]]:
+    """(GPU instance id, profile id, placement) of every GPU instance on the GPU, with or without a compute instance.
+
+    The MIG devices list only GPU instances that hold a compute instance; one made with
+    `nvidia-smi mig -cgi` without `-C`, or left half-made, still takes its memory slices.
+    """
+    out = []
+    for gi_id in range(MAX_GPU_INSTANCE_ID):
+        found = instance_placement(nvml, handle, gi_id)
+        if found is not None:
+            out.append((gi_id, *found))
+    return out
+
+
 def _profile_name(info: Any) -> str:
     """ "MIG 3g.40gb" (the v2 struct's name) -> "3g.40gb"; rebuilt from slices and memory without one."""
     name = nvmlapi.text(getattr(info, "name", b"") or b"").strip()

@@ -41,8 +41,6 @@ from agent.nvmlapi import NVML
 
 log = logging.getLogger(__name__)
 
-#: GPU instance ids NVML hands out on A100/H100 (0 for a 7g, up to 14 for 1g instances).
-_MAX_GI_ID = 15
 #: Compute instance ids probed inside a GPU instance.
 _MAX_CI_ID = 8
 #: MIG device UUIDs fgpu destroyed, remembered so that an admission naming one by a stale
@@ -341,11 +339,7 @@ def read_instances(nvml: NVML, gpu_uuid: str) -> list[Instance]:
         devices[nvml.nvmlDeviceGetGpuInstanceId(dev)] = nvml.nvmlDeviceGetUUID(dev)
     busy = {int(getattr(p, "gpuInstanceId", 0xFFFFFFFF)) for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
     out = []
-    for gi_id in range(_MAX_GI_ID):
-        found = mig_discovery.instance_placement(nvml, handle, gi_id)
-        if found is None:
-            continue
-        profile_id, placement = found
+    for gi_id, profile_id, placement in mig_discovery.gpu_instances(nvml, handle):
         out.append(Instance(
             gpu_uuid=gpu_uuid, gi_id=gi_id, profile=profiles.get(profile_id, str(profile_id)),
             placement_start=placement.start, uuid=devices.get(gi_id, ""), busy=gi_id in busy,

@@ -150,7 +150,7 @@ def targets_from(handles: Mapping[str, Any], *, gpus: Sequence[Any]) -> tuple[Sa
         SampleTarget(
             uuid=g.uuid,
             handle=handles[g.uuid],
-            mig_instances=tuple((m.gpu_instance_id, m.uuid) for m in g.mig_instances),
+            mig_instances=tuple((m.gpu_instance_id, m.uuid) for m in g.mig_instances if m.uuid),
         )
         for g in gpus
         if g.uuid in handles

@@ -213,7 +213,9 @@ def profiles_for_model(model: str, memory_bytes: int) -> tuple[MIGProfile, ...]:
     gib = memory_bytes / 2**30
     if "A100" in model:
         return A100_40GB if gib <= 48 else A100_80GB
-    if "H100" in model and gib <= 96:
+    # 80 GB H100s report ~79.6 GiB; the 94 GB (NVL) and 96 GB ones (~93.6 / ~95 GiB) have other
+    # profiles (1g.12gb .. 7g.94gb) and no table here, so the bound sits between them.
+    if "H100" in model and gib <= 88:
         return H100_80GB
     return ()
 

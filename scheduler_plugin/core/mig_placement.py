@@ -14,10 +14,12 @@ The choice, in order:
    - fewest compute slices first, then least memory: the least waste;
    - then the placement that keeps the most room for larger profiles: after the
      instance is counted, the node's free placements per profile, largest
-     profile first, compared as a vector (more is better). So a 3g on an empty
-     A100 goes to start 4, which keeps the 4g placement {0}:4, rather than start
-     0; and a small instance goes to a GPU already carved rather than break a
-     GPU that could still hold a 7g;
+     profile first, compared as a vector (more is better). Only profiles a
+     memory request can get count (`created_profiles`): 4g.40gb, 2g.20gb and
+     the "+me" one are never created, so room for them is worth nothing. So a
+     3g on an empty A100 goes to start 4 (slice 7 is no 1g's, so four 1g
+     placements stay against three), and a small instance goes to a GPU
+     already carved rather than break a GPU that could still hold a 7g;
    - then the lowest GPU slot and start, so equal choices are deterministic.
 
 A GPU with an instance whose placement the agent did not report (an older agent)
@@ -84,11 +86,15 @@ def occupied(view: GPUSlot) -> tuple[Occupied, ...] | None:
 
 
 def free_instances(view: GPUSlot) -> list[MIGChoice]:
-    """Instances that exist and that no allocation holds."""
+    """Instances that exist and that no allocation holds.
+
+    A GPU instance without a MIG device (uuid "": no compute instance) is never handed out:
+    there is nothing a container could open. `occupied` still counts its placement.
+    """
     promised = {o.placement.start for o in view.promised}
     out = []
     for instance in view.gpu.mig_instances:
-        if instance.uuid in view.held_uuids:
+        if not instance.uuid or instance.uuid in view.held_uuids:
             continue
         if instance.fgpu_created:
             if instance.placement_start < 0 or instance.placement_start in promised:
@@ -123,20 +129,19 @@ def choose(views: Sequence[GPUSlot], memory_need: Sequence[int]) -> MIGChoice | 
 
 def _new_instance(views: Sequence[GPUSlot], memory_need: Sequence[int]) -> MIGChoice | None:
     layouts = [occupied(v) for v in views]
-    order = _profile_order(views)
-    base = [_free_counts(v.gpu.mig_profiles, taken, order) if taken is not None else None for v, taken in zip(views, layouts, strict=True)]
+    wanted = [created_profiles(v.gpu.mig_profiles) for v in views]
+    order = _profile_order(wanted)
+    base = [_free_counts(w, taken, order) if taken is not None else None for w, taken in zip(wanted, layouts, strict=True)]
     total = [sum(counts[i] for counts in base if counts is not None) for i in range(len(order))]
     best: tuple[tuple[int, ...], MIGChoice] | None = None
-    for view, need, taken, counts in zip(views, memory_need, layouts, base, strict=True):
+    for view, need, taken, counts, mine in zip(views, memory_need, layouts, base, wanted, strict=True):
         if taken is None or counts is None:
             continue
         for profile in view.gpu.mig_profiles:
             if profile.memory_bytes < need:
                 continue
             for placement in free_placements(profile, taken):
-                after = _free_counts(
-                    view.gpu.mig_profiles, (*taken, Occupied(profile.name, profile.slices, placement)), order
-                )
+                after = _free_counts(mine, (*taken, Occupied(profile.name, profile.slices, placement)), order)
                 room = tuple(-(t - b + a) for t, b, a in zip(total, counts, after, strict=True))
                 key = (profile.slices, profile.memory_bytes, int(profile.media), *room, view.slot, placement.start)
                 if best is None or key < best[0]:
@@ -144,9 +149,27 @@ def _new_instance(views: Sequence[GPUSlot], memory_need: Sequence[int]) -> MIGCh
     return best[1] if best else None
 
 
-def _profile_order(views: Sequence[GPUSlot]) -> list[tuple[int, int, str]]:
-    """(slices, memory, name) of every profile of the node, largest first."""
-    seen = {(p.slices, p.memory_bytes, p.name) for v in views for p in v.gpu.mig_profiles}
+def created_profiles(profiles: tuple[MIGProfile, ...]) -> tuple[MIGProfile, ...]:
+    """The profiles a memory request can get here: those no other profile of the GPU beats.
+
+    A request gets the covering profile with the fewest slices, then the least memory, then
+    no media engines; so a profile is never created when another holds at least its memory and
+    ranks before it: fewer slices (3g.40gb beats 4g.40gb, 1g.20gb beats 2g.20gb), or the same
+    without "+me" (1g.10gb beats 1g.10gb+me). Keeping room for such a profile costs room for
+    the ones pods do get.
+    """
+    def rank(p: MIGProfile) -> tuple[int, int, bool]:
+        return (p.slices, p.memory_bytes, p.media)
+
+    return tuple(
+        p for p in profiles
+        if not any(q.memory_bytes >= p.memory_bytes and rank(q) < rank(p) for q in profiles)
+    )
+
+
+def _profile_order(wanted: Sequence[tuple[MIGProfile, ...]]) -> list[tuple[int, int, str]]:
+    """(slices, memory, name) of every profile the node's GPUs can be asked to create, largest first."""
+    seen = {(p.slices, p.memory_bytes, p.name) for profiles in wanted for p in profiles}
     return sorted(seen, reverse=True)
 
 

@@ -70,3 +70,36 @@ def test_the_dynamic_mig_example_node_has_no_fgpu_instances_and_room_for_a_7g() 
     assert [len(g.mig_instances) for g in gpus] == [0, 1]
     assert all(g.mig_enabled and len(g.mig_profiles) == 7 for g in gpus)
     assert gpus[1].mig_instances[0].placement_size > 0 and not gpus[1].mig_instances[0].fgpu_created
+
+
+def test_a_gpu_instance_without_a_compute_instance_is_reported_taken_with_no_uuid() -> None:
+    # `nvidia-smi mig -cgi 9` without -C: NVML refuses any create overlapping slices 4..7, so the report must show them.
+    raw = inventory("enabled")
+    nvml = FakeNVML(parse_inventory(raw))
+    nvml.nvmlInit()
+    where = pynvml.c_nvmlGpuInstancePlacement_t()
+    where.start, where.size = 4, 4
+    gi = nvml.nvmlDeviceCreateGpuInstanceWithPlacement(nvml.nvmlDeviceGetHandleByIndex(0), 9, where)
+    where.start, where.size = 0, 1
+    nvml.nvmlGpuInstanceCreateComputeInstance(
+        nvml.nvmlDeviceCreateGpuInstanceWithPlacement(nvml.nvmlDeviceGetHandleByIndex(0), 19, where),
+        pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+    )
+
+    found = discover(nvml, node_name="n", topology=InventoryTopology(parse_inventory(raw)))
+    instances = found.devices.gpus[0].mig_instances
+
+    assert [(m.profile, m.placement_start, m.placement_size, bool(m.uuid)) for m in instances] == [
+        ("1g.10gb", 0, 1, True), ("3g.40gb", 4, 4, False),
+    ]
+    empty = instances[1]
+    assert (empty.slices, empty.memory_bytes, empty.profile_id, empty.index) == (3, 40192 * 2**20, 9, -1)
+    assert "" not in found.mig_parents and "" not in found.handles
+    assert from_device_object(to_device_object(found.devices)).gpus[0].mig_instances == instances
+
+    # once the operator adds the compute instance, the same GPU instance is reported once, with its UUID
+    nvml.nvmlGpuInstanceCreateComputeInstance(gi, pynvml.NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE)
+    again = discover(nvml, node_name="n", topology=InventoryTopology(parse_inventory(raw))).devices.gpus[0]
+    assert [(m.profile, m.placement_start, bool(m.uuid)) for m in again.mig_instances] == [
+        ("1g.10gb", 0, True), ("3g.40gb", 4, True),
+    ]

@@ -60,9 +60,14 @@ def test_a_3g_at_start_0_blocks_the_4g_and_leaves_a_3g_at_start_4() -> None:
     ("need_gib", "expected"),
     [
         # the smallest profile that holds the memory, at the placement that keeps the most for larger ones
-        (30, MIGChoice(0, "3g.40gb", PROFILES["3g.40gb"].memory_bytes, 4)),  # start 4 keeps the 4g at {0}:4
-        (15, MIGChoice(0, "1g.20gb", PROFILES["1g.20gb"].memory_bytes, 6)),  # 1 slice beats 2g.20gb's 2
-        (5, MIGChoice(0, "1g.10gb", PROFILES["1g.10gb"].memory_bytes, 6)),  # the 7th slice breaks no 2g, 3g@0 or 4g
+        # start 4 holds memory slice 7, which no 1g can use: four 1g placements stay (0..3), not three
+        (30, MIGChoice(0, "3g.40gb", PROFILES["3g.40gb"].memory_bytes, 4)),
+        # 1 slice beats 2g.20gb's 2; at 6 it breaks one 3g and one 1g placement, at 0 one 3g and two 1g
+        (15, MIGChoice(0, "1g.20gb", PROFILES["1g.20gb"].memory_bytes, 6)),
+        # every 1g.10gb breaks one 3g.40gb and one 1g.20gb placement, wherever it goes, so the lowest start.
+        # (Start 6 used to win by keeping the 4g.40gb and 2g.20gb placements, but a memory request never
+        # gets those: 3g.40gb and 1g.20gb hold as much with fewer slices. tests/review has the layout it stranded.)
+        (5, MIGChoice(0, "1g.10gb", PROFILES["1g.10gb"].memory_bytes, 0)),
         (79, MIGChoice(0, "7g.80gb", PROFILES["7g.80gb"].memory_bytes, 0)),
     ],
 )
@@ -127,3 +132,33 @@ def test_largest_free_memory_counts_what_could_be_created() -> None:
     assert mig_placement.largest_free_memory(view(gpu(0))) == PROFILES["7g.80gb"].memory_bytes
     carved = gpu(0, instance("3g.40gb", 0, uuid="MIG-a"))
     assert mig_placement.largest_free_memory(view(carved, held=frozenset({"MIG-a"}))) == PROFILES["3g.40gb"].memory_bytes
+
+
+def test_only_profiles_a_memory_request_can_get_keep_room() -> None:
+    # 4g.40gb and 2g.20gb hold no more than 3g.40gb and 1g.20gb with more slices; +me only adds engines
+    kept = mig_placement.created_profiles(A100_80GB)
+
+    assert sorted(p.name for p in kept) == ["1g.10gb", "1g.20gb", "3g.40gb", "7g.80gb"]
+
+
+def test_small_instances_pack_from_the_low_end_and_leave_the_3g_at_4() -> None:
+    first = choose(view(gpu(0)), need_gib=5)
+    assert first == MIGChoice(0, "1g.10gb", PROFILES["1g.10gb"].memory_bytes, 0)
+    second = choose(view(gpu(0, instance("1g.10gb", 0, fgpu=True)), allocations=(_promise("1g.10gb", 0),)), need_gib=5)
+    # start 1 breaks nothing start 0 has not broken already (3g@0, 1g.20gb@0)
+    assert second == MIGChoice(0, "1g.10gb", PROFILES["1g.10gb"].memory_bytes, 1)
+
+
+@pytest.mark.parametrize("fgpu", [False, True])
+def test_a_gpu_instance_without_a_mig_device_is_never_handed_out_but_takes_its_slices(fgpu: bool) -> None:
+    # reported with uuid "" (no compute instance: nothing a container could open)
+    g = gpu(0, replace(instance("3g.40gb", 4, fgpu=fgpu), uuid=""))
+
+    assert mig_placement.free_instances(view(g)) == []
+    assert choose(view(g), need_gib=30) == MIGChoice(0, "3g.40gb", PROFILES["3g.40gb"].memory_bytes, 0)
+    assert choose(view(g), need_gib=50) is None  # the 7g would overlap it
+    assert mig_placement.largest_free_memory(view(g)) == PROFILES["3g.40gb"].memory_bytes
+
+
+def _promise(profile: str, start: int) -> Allocation:
+    return Allocation(gpus=(GPUShare(0, "GPU-0", 0, 0, 0, mig_profile=profile, mig_placement=start),))

@@ -64,3 +64,19 @@ def test_a_malformed_instance_to_create_is_refused(extension: dict[str, object],
     text = json.dumps({"gpu": [{"minor": 0, "id": "GPU-0", "resources": {}, "extension": extension}]})
     with pytest.raises(AllocationError, match=fragment):
         decode_allocation(text)
+
+
+@pytest.mark.parametrize(
+    ("model", "mib", "table"),
+    [
+        ("NVIDIA H100 80GB HBM3", 81559, mig.H100_80GB),  # nvidia-smi's total for the SXM5 80 GB
+        ("NVIDIA H100 PCIe", 81559, mig.H100_80GB),
+        ("NVIDIA H100 NVL", 95830, ()),  # 94 GB: 1g.12gb .. 7g.94gb, read from the driver
+        ("NVIDIA H100 96GB HBM3", 97871, ()),
+        ("NVIDIA A100-SXM4-40GB", 40960, mig.A100_40GB),
+        ("NVIDIA A100-SXM4-80GB", 81920, mig.A100_80GB),
+        ("NVIDIA H200", 143771, ()),
+    ],
+)
+def test_only_gpus_whose_table_is_here_get_one(model: str, mib: int, table: tuple[mig.MIGProfile, ...]) -> None:
+    assert mig.profiles_for_model(model, mib * 2**20) == table

@@ -47,11 +47,6 @@ def _placement(start: int, size: int) -> pynvml.c_nvmlGpuInstancePlacement_t:
 # --- 1. a GPU instance without a compute instance is invisible to the scheduler ------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent/discovery.py _mig_instances reports MIG devices (compute instances) only: an empty GPU instance "
-    "is not reported, so the scheduler picks a placement NVML refuses, again and again",
-)
 def test_an_operators_gpu_instance_without_a_compute_instance_is_not_handed_out_again() -> None:
     # An operator ran `nvidia-smi mig -cgi 9` (no -C): a 3g.40gb GPU instance at memory slices 4..7, no
     # compute instance yet. NVML refuses any overlapping create; the scheduler must not pick one.
@@ -74,11 +69,6 @@ def test_an_operators_gpu_instance_without_a_compute_instance_is_not_handed_out_
 # --- 2. the fake NVML gives 94 GB H100s the 80 GB table -------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="apis/mig.py profiles_for_model treats every H100 up to 96 GiB as H100-80GB: a 94 GB H100 gets "
-    "7g.80gb etc. (NVIDIA: 1g.12gb .. 7g.94gb); docs/mig.md says such GPUs have no table here",
-)
 def test_a_94gb_h100_is_not_given_the_80gb_profiles() -> None:
     model = "NVIDIA H100 NVL"  # 94 GB HBM3 (nvidia-smi: 95830 MiB)
     table = mig.profiles_for_model(model, 95830 * MiB)
@@ -97,11 +87,6 @@ def _one_gpu(instances: tuple[MIGInstance, ...]) -> GPUInfo:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="scheduler_plugin/core/mig_placement.py _new_instance ranks room for 4g.40gb/2g.20gb, which a memory "
-    "request never gets (3g.40gb/1g.20gb cover the same memory with fewer slices): 1g at 6 strands slice 7",
-)
 def test_pods_that_fit_one_gpu_together_all_get_an_instance() -> None:
     # 5, 5, 15 and 30 GiB: 1g.10gb, 1g.10gb, 1g.20gb, 3g.40gb = 6 compute and 8 memory slices, which
     # NVIDIA's placements hold together (3g@0, 1g@4, 1g@5, 1g.20gb@6). Each pod is scheduled in turn and
