@@ -29,10 +29,10 @@ from apis.device_request import DeviceRequest, RequestError
 from apis.mig import MIGRequestError, pod_mig_mode
 from apis.pod_annotations import ANNOTATIONS as PLACEMENT_ANNOTATIONS
 from apis.pod_annotations import read_placement
-from apis.pods import PodShapeError, as_pod_dict, container_resources
+from apis.pods import ContainerKind, PodShapeError, as_pod_dict, container_resources
 from apis.quantity import parse_quantity
 from apis.request import parse_pod, pod_cpu_memory
-from apis.translation import TranslationRules
+from apis.translation import TranslationRules, problem
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ def check_pod(pod: Mapping[str, Any] | Any, *, rules: TranslationRules) -> PodCh
     except RequestError as exc:
         errors.extend(exc.errors)
         request_ok = False
+    errors.extend(_requests_without_limits(pod, rules))
     try:
         # The scheduler reads the same annotation with the same call (core/podrequest.py).
         cards = (request.gpus if request else 0) if request_ok else None
@@ -134,6 +135,32 @@ def resources_fingerprint(pod: Mapping[str, Any] | Any) -> Hashable | None:
     parts.extend(_frozen(annotations.get(key)) for key in overcommit.ANNOTATIONS)
     parts.extend(_frozen(annotations.get(key)) for key in PLACEMENT_ANNOTATIONS)
     return tuple(parts)
+
+
+def _requests_without_limits(pod: Mapping[str, Any] | Any, rules: TranslationRules) -> list[str]:
+    """A GPU resource in a container's requests but not its limits, which the API server refuses.
+
+    Kubernetes rejects such a pod ("Limit must be set for non overcommitable
+    resources"), zero or not, so it never reaches the scheduler, which reads
+    requests alone as limits (`parse_pod`); `fgpuctl validate` and the webhook
+    say so before `kubectl apply` does.
+    """
+    known = (*names.KOORDINATOR_RESOURCES, *sorted(rules.resources))
+    try:
+        containers = container_resources(pod)
+    except PodShapeError:
+        return []  # parse_pod says what is wrong with the pod's shape
+    errors = []
+    for container in containers:
+        label = "container" if container.kind is ContainerKind.APP else "init container"
+        for resource in known:
+            value = container.requests.get(resource)
+            if value is not None and container.limits.get(resource) is None:
+                errors.append(problem(
+                    where=f'{label} "{container.name}"', resource=resource, value=f"{value} (requests)",
+                    what="is in requests without limits, which Kubernetes refuses for an extended resource",
+                    fix=f"put it in limits: {value} (requests may be left out: they default to the limits)"))
+    return errors
 
 
 def _annotations(pod: Mapping[str, Any] | Any) -> Mapping[str, str]:

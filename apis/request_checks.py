@@ -35,12 +35,13 @@ def derive_request(
 ) -> DeviceRequest | None:
     """Checks a request in Koordinator's terms and splits it over its cards (None: it asks for no GPU, or is invalid)."""
     start = len(errors)
-    if not memory_hint:
-        memory_hint = f"{names.GPU_MEMORY_RATIO} (e.g. {amounts.get(names.GPU_CORE, 50)}) or {names.GPU_MEMORY} (e.g. 10Gi)"
 
     def fail(resource: str, what: str, fix: str) -> None:
         term = terms.get(resource, Term(resource, str(amounts.get(resource))))
-        errors.append(problem(where=where, resource=term.resource, value=term.text, what=what, fix=fix))
+        message = problem(where=where, resource=term.resource, value=term.text, what=what, fix=fix)
+        # koordinator.sh/gpu stands for both core and ratio: one problem with it is told once.
+        if message not in errors[start:]:
+            errors.append(message)
 
     def shown(resource: str) -> str:
         return terms[resource].resource if resource in terms else resource
@@ -65,18 +66,8 @@ def derive_request(
             fail(names.GPU_SHARED, "spreads a share over cards but no share is asked for",
                  f"add {names.GPU_CORE} and {names.GPU_MEMORY_RATIO} (or {names.GPU_MEMORY}), or remove it")
         return None
-    if memory is not None and ratio is not None:
-        ratio_text = terms[names.GPU_MEMORY_RATIO].text if names.GPU_MEMORY_RATIO in terms else ratio
-        fail(names.GPU_MEMORY, f"is given together with {shown(names.GPU_MEMORY_RATIO)}={ratio_text}: "
-             "memory and memory-ratio together are invalid",
-             f"keep only one of {shown(names.GPU_MEMORY)} and {shown(names.GPU_MEMORY_RATIO)}")
-    if core is not None and memory is None and ratio is None:
-        fail(names.GPU_CORE, "asks for compute without memory: core alone is invalid", f"add {memory_hint}")
-    if len(errors) > start:
-        return None
-
+    # Every problem is listed, the values' own first, so that a fix suggested for one is not refused by another.
     if shared is not None:
-        gpus = shared
         for resource in _PERCENTS:
             value = amounts.get(resource)
             if value is None:
@@ -94,15 +85,25 @@ def derive_request(
                 fail(resource, "is above 100 but not a multiple of 100: a percentage above 100 must be a multiple of 100 "
                      "(a share of one card, or whole cards)",
                      f"ask for {value // 100 * 100} or {(value // 100 + 1) * 100}, or for at most 100")
-        if len(errors) > start:
-            return None
-        gpus = _cards(core, ratio)
-        if core is not None and ratio is not None and core > 100 * gpus:
-            fail(names.GPU_CORE, f"is more than 100 per card: {shown(names.GPU_MEMORY_RATIO)}="
-                 f"{terms[names.GPU_MEMORY_RATIO].text if names.GPU_MEMORY_RATIO in terms else ratio} spans {gpus} card(s), "
-                 f"and without {names.GPU_SHARED} the memory ratio sets the number of cards",
-                 f"ask for at most {100 * gpus}, or give {shown(names.GPU_MEMORY_RATIO)} {core // 100 * 100} "
-                 f"for {core // 100} cards, or spread a share with {names.GPU_SHARED}")
+    if memory is not None and ratio is not None:
+        ratio_text = terms[names.GPU_MEMORY_RATIO].text if names.GPU_MEMORY_RATIO in terms else ratio
+        fail(names.GPU_MEMORY, f"is given together with {shown(names.GPU_MEMORY_RATIO)}={ratio_text}: "
+             "memory and memory-ratio together are invalid",
+             f"keep only one of {shown(names.GPU_MEMORY)} and {shown(names.GPU_MEMORY_RATIO)}")
+    if core is not None and memory is None and ratio is None:
+        if not memory_hint:
+            memory_hint = (f"{names.GPU_MEMORY_RATIO} (e.g. {_valid_percent_near(core, shared)}) "
+                           f"or {names.GPU_MEMORY} (e.g. 10Gi)")
+        fail(names.GPU_CORE, "asks for compute without memory: core alone is invalid", f"add {memory_hint}")
+    if len(errors) > start:
+        return None
+    gpus = shared if shared is not None else _cards(core, ratio)
+    if shared is None and core is not None and ratio is not None and core > 100 * gpus:
+        fail(names.GPU_CORE, f"is more than 100 per card: {shown(names.GPU_MEMORY_RATIO)}="
+             f"{terms[names.GPU_MEMORY_RATIO].text if names.GPU_MEMORY_RATIO in terms else ratio} spans {gpus} card(s), "
+             f"and without {names.GPU_SHARED} the memory ratio sets the number of cards",
+             f"ask for at most {100 * gpus}, or give {shown(names.GPU_MEMORY_RATIO)} {core // 100 * 100} "
+             f"for {core // 100} cards, or spread a share with {names.GPU_SHARED}")
     if len(errors) > start:
         return None
     # Each card gets an equal part; a remainder is dropped, as Koordinator divides
@@ -188,6 +189,18 @@ def _cards(core: int | None, ratio: int | None) -> int:
     if ratio is not None:
         return ratio // 100 if ratio > 100 else 1
     return core // 100 if core is not None and core > 100 else 1
+
+
+def _valid_percent_near(value: int, shared: int | None) -> int:
+    """A percentage near `value` that passes the checks above, for examples in fixes.
+
+    Without gpu.shared: `value` up to 100 or a multiple of 100, else the multiple of 100 below.
+    With it: at most 100 per card and a multiple of gpu.shared.
+    """
+    if shared is None:
+        return value if value <= 100 or value % 100 == 0 else value // 100 * 100
+    capped = min(value, 100 * shared)
+    return max(capped - capped % shared, shared)
 
 
 def _multiples_near(value: int, step: int) -> str:

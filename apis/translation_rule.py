@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from apis import names
+from apis.quantity import QuantityError, parse_quantity
 
 #: Units a memory amount may be counted in, in bytes.
 MEMORY_UNITS = {"bytes": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -141,13 +142,13 @@ class Rule:
                     continue  # the default ratio stands in only for a missing memory amount
                 value, text = spec.default, f"{spec.default} (default)"
             if target == names.GPU_MEMORY:
-                if spec.unit != "bytes" and not text.strip().isdigit():
-                    in_units = value // MEMORY_UNITS[spec.unit]
+                if spec.unit != "bytes" and spec.resource in values and _binary_suffixed(text):
                     errors.append(
                         problem(
                             where=where, resource=spec.resource, value=text,
-                            what=f"is counted in {spec.unit} by the {self.name} rule",
-                            fix=f"write a plain number of {spec.unit}, e.g. {in_units or 1}",
+                            what=f"is counted in {spec.unit} by the {self.name} rule, so a binary suffix "
+                            "would multiply the count",
+                            fix=f"write a number of {spec.unit} without Ki..Ei, e.g. {_in_units(value, spec.unit)}",
                         )
                     )
                     continue
@@ -179,3 +180,27 @@ class Rule:
 
     def _count_name(self) -> str:
         return self.count.resource if self.count is not None else "the GPU count"
+
+
+_BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def _binary_suffixed(text: str) -> bool:
+    """Whether a memory count carries a binary suffix ("4Gi"): it then reads as bytes, not as a count of the unit.
+
+    A decimal suffix or an exponent stays a plain count: the API server re-emits
+    every quantity in canonical form, so HAMi's `gpumem: 4000` arrives as "4k"
+    (and 1e6 as "1M"); the count itself was already parsed as a whole number.
+    """
+    stripped = text.strip()
+    try:
+        parse_quantity(stripped)
+    except QuantityError:
+        return False
+    return stripped.endswith(_BINARY_SUFFIXES)
+
+
+def _in_units(size: int, unit: str) -> str:
+    """A binary-suffixed size ("4Gi", read as bytes) as a count of `unit`, rounded up to a whole one if need be."""
+    factor = MEMORY_UNITS[unit]
+    return str(max(1, -(-size // factor)))

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import jsonpatch
-import pytest
 
 from apis import names
 from fgpuctl.validate import EXIT_INVALID, EXIT_VALID, validate
@@ -63,7 +62,6 @@ def _admit(client: Any, created: dict[str, Any]) -> tuple[dict[str, Any], dict[s
 # --- defects ----------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="translation rules refuse 4k/8k MiB, the form the API server sends for 4000/8000")
 def test_hami_memory_in_the_api_servers_canonical_form_is_admitted(served: Served) -> None:
     """`nvidia.com/gpumem: 4000` (examples/pods/valid/hami-share.yaml) reaches admission as "4k".
 
@@ -89,7 +87,6 @@ def test_hami_memory_in_the_api_servers_canonical_form_is_admitted(served: Serve
         assert lines[0]["request"]["memory_bytes"] == mib * 2**20
 
 
-@pytest.mark.xfail(strict=True, reason="fgpuctl validate passes extended resources in requests only; Kubernetes refuses them")
 def test_fgpuctl_validate_refuses_gpu_requests_without_limits() -> None:
     """Kubernetes refuses an extended resource in requests without limits
     ("Limit must be set for non overcommitable resources"), in a pod and in a
@@ -107,7 +104,6 @@ def test_fgpuctl_validate_refuses_gpu_requests_without_limits() -> None:
         assert any("limits" in error and 'container "main"' in error for error in line["errors"]), line
 
 
-@pytest.mark.xfail(strict=True, reason="koordinator.sh/gpu above 100 is refused with the same clause twice")
 def test_a_refusal_of_koordinator_gpu_lists_each_problem_once(served: Served) -> None:
     """`koordinator.sh/gpu: 150` stands for both core and memory ratio; the
     refusal repeats the identical clause once for each, so kubectl prints it twice."""
@@ -119,7 +115,6 @@ def test_a_refusal_of_koordinator_gpu_lists_each_problem_once(served: Served) ->
     assert len(lines[0]["errors"]) == len(set(lines[0]["errors"])), lines
 
 
-@pytest.mark.xfail(strict=True, reason="'core alone' suggests a memory ratio equal to the core, itself refused above 100")
 def test_the_fix_a_core_alone_refusal_suggests_is_not_refused_itself(served: Served) -> None:
     """`gpu-core: 150` alone is refused with "add koordinator.sh/gpu-memory-ratio
     (e.g. 150)"; the pod with that fix applied is refused for gpu-memory-ratio=150
