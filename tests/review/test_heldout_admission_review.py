@@ -3,8 +3,8 @@
 Each pod here is one the authors' tests never tried. The webhook is the real
 server (tests/webhook's fixtures: a fresh CA, the Service's DNS name checked as
 the API server checks it); `fgpuctl validate` is its command-line entry point
-fed the manifest on stdin. Tests marked xfail(strict) hold a defect found in
-review and not yet fixed; the rest hold what was checked and works.
+fed the manifest on stdin. The defect tests were written failing (strict xfail)
+and their markers removed with the fixes; the rest hold what was checked and works.
 """
 
 from __future__ import annotations
