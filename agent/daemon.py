@@ -28,9 +28,6 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
-
-from prometheus_client import start_http_server
 
 from agent.admissions import AdmissionLedger
 from agent.admissionsweep import AdmissionSweeper, PodSource
@@ -64,6 +61,7 @@ from agent.resync_loop import ReportLoop
 from agent.schedclient import SchedulerReporter
 from apis.devices import NodeDevices
 from apis.keyfiles import VerifyingKeyFiles
+from apis.metrics_server import MetricsServer
 from apis.signing import SigningKeyError
 
 log = logging.getLogger(__name__)
@@ -233,7 +231,7 @@ class Agent:
         self.no_reclaim = None if kube is None or self.reclaim is not None else NoReclaim(node_name=node_name, labels=kube)
         self._kube = kube
         self._scheduler = scheduler
-        self._metrics_server: Any = None
+        self._metrics_server: MetricsServer | None = None
         self.state.on_change(self._devices_changed)
 
     def start(self) -> None:
@@ -254,8 +252,11 @@ class Agent:
             self.no_reclaim.start()
         if self.config.metrics_listen:
             host, _, port = self.config.metrics_listen.rpartition(":")
-            self._metrics_server, _thread = start_http_server(int(port), addr=host or "0.0.0.0", registry=self.metrics.registry)
-            log.info("metrics on http://%s:%d/metrics", host or "0.0.0.0", self._metrics_server.server_port)
+            # Not prometheus_client's server: on hostNetwork every pod reaches this port, and that one
+            # gives each connection a thread with no read deadline (apis/metrics_server.py).
+            self._metrics_server = MetricsServer(self.metrics.registry, host=host, port=int(port), name="fgpu-agent-metrics")
+            self._metrics_server.start()
+            log.info("metrics on http://%s:%d/metrics", host or "0.0.0.0", self._metrics_server.port)
         log.info("fgpu agent started on node %s", self.node_name)
 
     def stop(self, grace: float = 5.0) -> None:
@@ -271,8 +272,7 @@ class Agent:
             self.sweep_loop.stop(grace)
         self.worker.stop(grace)
         if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
+            self._metrics_server.stop(grace)
         if self._scheduler is not None:
             self._scheduler.close()
         if self._kube is not None:
@@ -282,7 +282,7 @@ class Agent:
 
     @property
     def metrics_port(self) -> int:
-        return int(self._metrics_server.server_port) if self._metrics_server is not None else 0
+        return self._metrics_server.port if self._metrics_server is not None else 0
 
     def _hook_settings(self) -> HookSettings:
         return HookSettings(

@@ -70,7 +70,7 @@ THREADED_SERVER = """
 import sys, time
 sys.path.insert(0, {root!r})
 from apis.translation import TranslationRules
-from scheduler_plugin.httpserver import BoundedHTTPServer, Limits
+from apis.httpserver import BoundedHTTPServer, Limits
 from webhook.admission import Admission
 from webhook.certs import ServingCertificate
 from webhook.scope import Scope

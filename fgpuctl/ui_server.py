@@ -17,7 +17,9 @@ and the page shows the error while the sampler keeps trying.
 
 from __future__ import annotations
 
+import collections
 import json
+import socket
 import ssl
 import threading
 import time
@@ -35,6 +37,16 @@ from fgpuctl.ui_plan import PlanOutcome
 
 #: no script, no remote anything: escaped names could run nothing even if escaping were missed
 CONTENT_SECURITY_POLICY = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
+
+#: Connections served at once, and from one address. Beyond loopback anyone may connect before TLS
+#: asks for a certificate, and each connection is served by a thread: past either bound one more is
+#: closed at once, so strangers cannot pile up threads. The page has no script or sub-resource: a
+#: browser showing it holds one or two connections.
+MAX_CONNECTIONS = 16
+MAX_CONNECTIONS_PER_PEER = 8
+#: Each read and write of a connection (the TLS handshake's too) must progress within this, or the
+#: connection is closed and its slot freed.
+IO_TIMEOUT_S = 10.0
 
 
 class Planner(Protocol):
@@ -163,7 +175,7 @@ class UIServer:
         self._on_first_failure = on_first_failure
         #: Host headers answered; empty: any (behind TLS the certificate names the host)
         self._hosts: set[str] = set()
-        self._httpd = ThreadingHTTPServer((host, port), _handler(state, self._hosts))
+        self._httpd = _BoundedThreadingServer((host, port), _handler(state, self._hosts))
         if ssl_context is None:
             self._hosts.update(allowed_hosts(*self.address))
         else:
@@ -236,9 +248,56 @@ def allowed_hosts(host: str, port: int) -> frozenset[str]:
     return frozenset(with_port | (names if port == 80 else set()))
 
 
+class _BoundedThreadingServer(ThreadingHTTPServer):
+    """A thread per connection, but at most MAX_CONNECTIONS of them (MAX_CONNECTIONS_PER_PEER per address)."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._count_lock = threading.Lock()
+        self._open = 0
+        self._per_peer: collections.Counter[str] = collections.Counter()
+
+    def process_request(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
+        peer = _peer_host(client_address)
+        with self._count_lock:
+            full = self._open >= MAX_CONNECTIONS or self._per_peer[peer] >= MAX_CONNECTIONS_PER_PEER
+            if not full:
+                self._open += 1
+                self._per_peer[peer] += 1
+        if full:
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread was started to give the slot back
+            self._release(peer)
+            raise
+
+    def process_request_thread(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release(_peer_host(client_address))
+
+    def _release(self, peer: str) -> None:
+        with self._count_lock:
+            self._open -= 1
+            self._per_peer[peer] -= 1
+            if self._per_peer[peer] <= 0:
+                del self._per_peer[peer]
+
+
+def _peer_host(client_address: Any) -> str:
+    return str(client_address[0]) if isinstance(client_address, tuple) else str(client_address)
+
+
 def _handler(state: ViewState, hosts: set[str]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "fgpuctl-ui"
+        #: set on the connection before its first read, so the TLS handshake (done by that read) has it too
+        timeout = IO_TIMEOUT_S
 
         def do_HEAD(self) -> None:
             self.do_GET()

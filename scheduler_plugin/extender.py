@@ -36,10 +36,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from apis import names, tls
+from apis.httpserver import BoundedHTTPServer, Limits
 from apis.request import RequestError
 from scheduler_plugin import errors, pods, probes, trusted_pod
 from scheduler_plugin.errors import InvalidRequest
-from scheduler_plugin.httpserver import BoundedHTTPServer, Limits
 from scheduler_plugin.scheduling import SchedulingService
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ _PodKey = tuple[str, str, str]
 #: nodeCacheCapable the NodeList of whole Node objects (10-20 kB each) fits a few hundred nodes.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
-#: Bounds of the extender's HTTP server (scheduler_plugin/httpserver.py). kube-scheduler keeps a
+#: Bounds of the extender's HTTP server (apis/httpserver.py). kube-scheduler keeps a
 #: few connections and binds in parallel goroutines, so 8 workers seldom queue; its extender
 #: httpTimeout is 5 s in hack/deploy, well inside the 10 s a request may take to arrive. Idle
 #: connections hold no thread, so they may idle 120 s: longer than Go's 90 s IdleConnTimeout, so

@@ -16,7 +16,7 @@ hold no worker. One address may hold at most 8 connections.
 
 from __future__ import annotations
 
-from scheduler_plugin.httpserver import BoundedHTTPServer, Limits
+from apis.httpserver import BoundedHTTPServer, Limits
 from scheduler_plugin.scheduling import SchedulingService
 
 #: GETs only, few at a time: a probe or a scrape every few seconds. kubelet probes from the node's

@@ -1,7 +1,7 @@
 """An HTTP/1.1 server (TLS or plain) on one asyncio loop, in which every resource a client can hold is bounded.
 
 The limits are the ones of the scheduler extender's server
-(scheduler_plugin/httpserver.py), and the wire rules are shared (apis/http1.py);
+(apis/httpserver.py), and the wire rules are shared (apis/http1.py);
 the machinery differs. Each admission answer is a few tens of microseconds of
 pure Python, so the handler runs inline on the loop: there is no hand-off
 between an I/O thread and workers, which under the GIL cost that design a

@@ -24,9 +24,10 @@ import signal
 import threading
 from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, Counter
 
 from apis import names
+from apis.metrics_server import MetricsServer
 from scheduler_plugin.core.policies import policy_names
 from scheduler_plugin.descheduler.controller import Controller, Settings, Stats
 from scheduler_plugin.descheduler.evictor import Evictor, Limits
@@ -130,8 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     waited = counter(names.METRIC_DEFRAG_WAITED_GPU_SECONDS, "GPUs x seconds those pods had waited when room was made")
     emptied = counter(names.METRIC_DEFRAG_NODES_EMPTIED, "nodes the consolidation mode emptied of GPU pods")
     aborted = counter(names.METRIC_DEFRAG_ABORTED, "plans not carried out, by reason", ["reason"])
-    if args.metrics_port:
-        start_http_server(args.metrics_port, registry=registry)
+    metrics_server = None
+    if args.metrics_port:  # on the pod network: a bounded server, no thread per connection (apis/metrics_server.py)
+        metrics_server = MetricsServer(registry, host="", port=args.metrics_port, name="fgpu-descheduler-metrics")
+        metrics_server.start()
     controller = Controller(kube, evictor, settings)
     log.info(
         "started (%s; %d moves left this hour)%s", "dry-run: Events only" if limits.dry_run else "evicting",
@@ -161,5 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.namespace, names.DESCHEDULER_STOP_CONFIGMAP, controller.evictor.stopped,
             )
         stop.wait(args.interval)
+    if metrics_server is not None:
+        metrics_server.stop(1.0)
     kube.close()
     return 0

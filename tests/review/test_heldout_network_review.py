@@ -3,9 +3,9 @@
 Pod authors are not trusted and reach every port of the cluster network that asks for no
 credentials, the node's own addresses included (so every hostNetwork daemon's TCP ports).
 The scheduler's extender and probe listeners bound what one client may hold
-(scheduler_plugin/httpserver.py, tests/scheduler_service/test_http_limits.py) and the webhook's
-does too (webhook/httpserver.py). The tests under "defects" were written failing (strict xfail):
-each is an action such a pod can take today and should not.
+(apis/httpserver.py, tests/scheduler_service/test_http_limits.py) and the webhook's
+does too (webhook/httpserver.py). The tests under "defects" were written failing (strict xfail),
+each an action such a pod could take, and their markers removed with the fixes.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import urllib.request
 from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
-
-import pytest
 
 from apis import tls
 from fgpuctl import ui_server, ui_sources
@@ -94,10 +92,6 @@ def _free_port() -> int:
 # --- defects ---------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fgpu-agent's metrics port (hostNetwork 0.0.0.0:9400) is prometheus_client's server: a thread per half-sent request, no deadline",
-)
 def test_agent_metrics_port_on_the_node_holds_no_thread_per_idle_connection(running: Running) -> None:  # noqa: F811
     """The chart runs the agent with hostNetwork and `metricsListen: 0.0.0.0:9400`: every pod reaches
     `<node IP>:9400`. A pod that opens connections and never finishes a request must not make the agent
@@ -119,10 +113,6 @@ def test_agent_metrics_port_on_the_node_holds_no_thread_per_idle_connection(runn
             s.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fgpu-descheduler's metrics port (pod network 0.0.0.0:9403, no NetworkPolicy) is prometheus_client's server: a thread per half-sent request",
-)
 def test_descheduler_metrics_port_holds_no_thread_per_idle_connection(kube_api: KubeAPIServer) -> None:
     """The chart runs fgpu-descheduler (`--metrics-port=9403`, every interface, a Service, no
     NetworkPolicy) on the pod network. Half-sent requests from any pod must not cost it a thread each."""
@@ -168,10 +158,6 @@ def test_descheduler_metrics_port_holds_no_thread_per_idle_connection(kube_api: 
             proc.wait()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fgpuctl ui beyond loopback (mutual TLS) gives every connection a thread whose TLS handshake has no deadline",
-)
 def test_ui_beyond_loopback_holds_no_thread_for_a_client_that_never_handshakes(tmp_path: Path) -> None:
     """`fgpuctl ui --listen 0.0.0.0:9447` with --tls-* is the documented way to show the view beyond
     loopback; mutual TLS keeps strangers from reading it. But a stranger that connects and never starts

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from apis.httpserver import BoundedHTTPServer, Limits
 from scheduler_plugin.extender import LIMITS, MAX_BODY_BYTES, ExtenderServer
-from scheduler_plugin.httpserver import BoundedHTTPServer, Limits
 from scheduler_plugin.probes import PROBE_LIMITS, ProbeServer
 from scheduler_plugin.scheduling import SchedulingService
 

@@ -1,6 +1,7 @@
 """A small HTTP/1.1 server in which every resource a client can hold is bounded.
 
-It serves the kube-scheduler extender and the probe/metrics listener.
+It serves the kube-scheduler extender and the scheduler's probe/metrics listener,
+and the agent's and the descheduler's metrics (apis/metrics_server.py).
 `http.server.ThreadingHTTPServer` gives every connection a thread of its own,
 reads with no deadline and believes Content-Length, so a client that connects
 and sends nothing, sends its headers a byte at a time (slowloris) or announces
@@ -373,7 +374,7 @@ class BoundedHTTPServer:
                 quick = self._inline(request.method, request.path)
             except Exception:
                 log.exception("%s: %s %s failed", self._name, request.method, request.path)
-                quick = 500, "text/plain", b"internal error; see the scheduler's log"
+                quick = 500, "text/plain", f"internal error; see {self._name}'s log".encode()
             if quick is not None:
                 keep = request.keep_alive and not self._stopping.is_set()
                 self._send(conn, _response(*quick, keep_alive=keep), keep=keep)
@@ -542,7 +543,7 @@ class BoundedHTTPServer:
             status, content_type, body = self._handler(request.method, request.path, request.body)
         except Exception:
             log.exception("%s: %s %s failed", self._name, request.method, request.path)
-            status, content_type, body = 500, "text/plain", b"internal error; see the scheduler's log"
+            status, content_type, body = 500, "text/plain", f"internal error; see {self._name}'s log".encode()
         keep = request.keep_alive and not self._stopping.is_set()
         return _response(status, content_type, body, keep_alive=keep), keep
 
