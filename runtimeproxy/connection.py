@@ -75,6 +75,9 @@ class Connection(ConnectionState):
 
     def backend_lost(self, exc: Exception | None) -> None:
         if self.closing:
+            # Closing already; if because the runtime said GOAWAY (it is stopping), its going is news.
+            if self.runtime_goaway_sid is not None:
+                self._on_backend_lost()
             return
         # The runtime went away (restart, crash): finish kubelet's open calls with a clear
         # status and let it reconnect; the next connection dials the runtime afresh.
