@@ -87,6 +87,12 @@ def pod_cpu_memory(pod: Mapping[str, Any] | Any) -> tuple[int, int]:
                             what="is negative", fix="ask for zero or more")
                 )
                 continue
+            if value > MOST:
+                errors.append(
+                    problem(where=_where(container), resource=resource, value=raw,
+                            what="is larger than any node has", fix="ask for what one node can give")
+                )
+                continue
             amounts[resource] = value
         per_container.append((container.kind, amounts))
     if errors:
@@ -330,6 +336,10 @@ def _values(
     return values, raw_text, zeros
 
 
+#: The largest amount of any resource read from a pod (1 PiB of memory, 2^50 GPUs or cores): beyond
+#: what any node has, and small enough that the scheduler's 64-bit sums of requests never overflow.
+MOST = 2**50
+
 _HUGE_EXPONENT = re.compile(r"[eE][+-]?\d{3,}")
 
 
@@ -353,6 +363,10 @@ def _whole(resource: str, raw: object, where: str, errors: list[str]) -> int | N
     if value < 0:
         errors.append(problem(where=where, resource=resource, value=raw, what="is negative",
                               fix=f"ask for 1 or more, or for 0 (or remove {resource}) to ask for none"))
+        return None
+    if value > MOST:
+        errors.append(problem(where=where, resource=resource, value=raw, what="is larger than any node has",
+                              fix="ask for what one node can give"))
         return None
     if value.denominator != 1:
         errors.append(problem(where=where, resource=resource, value=raw, what="is fractional",
