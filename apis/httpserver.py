@@ -548,6 +548,32 @@ class BoundedHTTPServer:
         return _response(status, content_type, body, keep_alive=keep), keep
 
 
+#: GETs only, few at a time: probes and scrapes every few seconds (kubelet from the node's address,
+#: Prometheus from its pod's, `kubectl fgpu top`), each with a connection or two.
+SCRAPE_LIMITS = Limits(workers=2, queue_size=16, max_connections=64, max_connections_per_peer=8, max_body_bytes=4096)
+
+
+class ServesHTTP:
+    """A daemon's listener built on a `BoundedHTTPServer` (`self._http`): its address, start and stop."""
+
+    _http: BoundedHTTPServer
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) as bound."""
+        return self._http.address
+
+    @property
+    def port(self) -> int:
+        return self._http.port
+
+    def start(self) -> None:
+        self._http.start()
+
+    def stop(self, grace: float | None = None) -> None:
+        self._http.stop(grace)
+
+
 def _response(status: int, content_type: str, body: bytes, *, keep_alive: bool) -> bytes:
     try:
         reason = http.HTTPStatus(status).phrase

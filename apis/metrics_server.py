@@ -12,11 +12,9 @@ from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from apis.httpserver import BoundedHTTPServer, Limits
+from apis.httpserver import SCRAPE_LIMITS, BoundedHTTPServer, Limits, ServesHTTP
 
-#: GETs only, a scrape every few seconds from one or two Prometheus pods (and `kubectl fgpu top`):
-#: as the scheduler's probe listener (scheduler_plugin/probes.py).
-METRICS_LIMITS = Limits(workers=2, queue_size=16, max_connections=64, max_connections_per_peer=8, max_body_bytes=4096)
+METRICS_LIMITS = SCRAPE_LIMITS
 
 
 def answer(registry: CollectorRegistry, method: str, path: str) -> tuple[int, str, bytes]:
@@ -26,7 +24,7 @@ def answer(registry: CollectorRegistry, method: str, path: str) -> tuple[int, st
     return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
 
 
-class MetricsServer:
+class MetricsServer(ServesHTTP):
     """`registry`'s exposition on `host:port` (port 0: any free one; an empty host: every interface)."""
 
     def __init__(self, registry: CollectorRegistry, *, host: str, port: int, name: str, limits: Limits = METRICS_LIMITS) -> None:
@@ -37,18 +35,3 @@ class MetricsServer:
             name=name,
             limits=limits,
         )
-
-    @property
-    def address(self) -> tuple[str, int]:
-        """(host, port) as bound."""
-        return self._http.address
-
-    @property
-    def port(self) -> int:
-        return self._http.port
-
-    def start(self) -> None:
-        self._http.start()
-
-    def stop(self, grace: float | None = None) -> None:
-        self._http.stop(grace)

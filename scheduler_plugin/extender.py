@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from apis import names, tls
-from apis.httpserver import BoundedHTTPServer, Limits
+from apis.httpserver import BoundedHTTPServer, Limits, ServesHTTP
 from apis.request import RequestError
 from scheduler_plugin import errors, pods, probes, trusted_pod
 from scheduler_plugin.errors import InvalidRequest
@@ -260,7 +260,7 @@ def _extender_score(score: int) -> int:
     return (bounded * MAX_EXTENDER_PRIORITY + 50) // 100
 
 
-class ExtenderServer:
+class ExtenderServer(ServesHTTP):
     """The extender verbs plus /healthz, /readyz and /metrics over HTTP (HTTPS with client certificates)."""
 
     def __init__(
@@ -294,21 +294,6 @@ class ExtenderServer:
             ssl_context=context,
             inline=lambda method, path: probes.quick_answer(service, method, path),  # probes never wait for a worker
         )
-
-    @property
-    def address(self) -> tuple[str, int]:
-        """(host, port) as bound."""
-        return self._http.address
-
-    @property
-    def port(self) -> int:
-        return self._http.port
-
-    def start(self) -> None:
-        self._http.start()
-
-    def stop(self, grace: float | None = None) -> None:
-        self._http.stop(grace)
 
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
         """(status, content type, body) for one request."""

@@ -16,12 +16,10 @@ hold no worker. One address may hold at most 8 connections.
 
 from __future__ import annotations
 
-from apis.httpserver import BoundedHTTPServer, Limits
+from apis.httpserver import SCRAPE_LIMITS, BoundedHTTPServer, ServesHTTP
 from scheduler_plugin.scheduling import SchedulingService
 
-#: GETs only, few at a time: a probe or a scrape every few seconds. kubelet probes from the node's
-#: address and Prometheus from its pod's, each with a connection or two.
-PROBE_LIMITS = Limits(workers=2, queue_size=16, max_connections=64, max_connections_per_peer=8, max_body_bytes=4096)
+PROBE_LIMITS = SCRAPE_LIMITS
 
 
 def answer(service: SchedulingService, method: str, path: str) -> tuple[int, str, bytes] | None:
@@ -50,7 +48,7 @@ def quick_answer(service: SchedulingService, method: str, path: str) -> tuple[in
     return answer(service, method, path)
 
 
-class ProbeServer:
+class ProbeServer(ServesHTTP):
     """/healthz, /readyz and /metrics alone on `HOST:PORT` (an empty host means loopback)."""
 
     def __init__(self, service: SchedulingService, *, host: str, port: int) -> None:
@@ -68,18 +66,3 @@ class ProbeServer:
             limits=PROBE_LIMITS,
             inline=lambda method, path: quick_answer(service, method, path),
         )
-
-    @property
-    def address(self) -> tuple[str, int]:
-        """(host, port) as bound."""
-        return self._http.address
-
-    @property
-    def port(self) -> int:
-        return self._http.port
-
-    def start(self) -> None:
-        self._http.start()
-
-    def stop(self, grace: float | None = None) -> None:
-        self._http.stop(grace)

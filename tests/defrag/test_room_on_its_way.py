@@ -26,6 +26,7 @@ from tests.review.test_descheduler_review import (
     VICTIM_NODES,
     VICTIMS,
     _cluster,
+    _leaving,
     _owned_pod,
     _pending,
     _running_share,
@@ -55,16 +56,6 @@ class _Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-def _leaving(api: KubeAPIServer) -> set[str]:
-    """prod's pods that are being deleted or gone."""
-    found = set()
-    for name in VICTIM_NODES:
-        pod = api.get_object(f"/api/v1/namespaces/{VICTIMS}/pods/{name}")
-        if pod is None or pod["metadata"].get("deletionTimestamp"):
-            found.add(name)
-    return found
 
 
 def test_a_plan_settles_even_when_its_room_was_taken_and_then_stops_the_evictor(

@@ -304,3 +304,13 @@ def test_dry_run_applies_the_limits_the_real_mode_would() -> None:
     second = evictor.act(_moves("n2", "db-3", "db-4"), uids={}, purpose="p")
 
     assert second.aborted == "rate-limit", "dry-run says it would move 4 pods off n2 within the hour; the limit is 2"
+
+
+def _leaving(api: KubeAPIServer) -> set[str]:
+    """Victims that are being deleted (evicted, still shutting down on their node) or gone."""
+    found = set()
+    for name in VICTIM_NODES:
+        pod = api.get_object(f"/api/v1/namespaces/{VICTIMS}/pods/{name}")
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            found.add(name)
+    return found

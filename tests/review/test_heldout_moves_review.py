@@ -37,9 +37,9 @@ from tests.overcommit.test_reclaim_node import PODS, GiB, Node
 from tests.review.test_descheduler_review import (
     NOW,
     TENANT,
-    VICTIM_NODES,
     VICTIMS,
     _cluster,
+    _leaving,
     _owned_pod,
     _pending,
 )
@@ -61,16 +61,6 @@ def dkube(graceful_api: KubeAPIServer) -> Iterator[DeschedulerKube]:
     connected.close()
 
 
-def _terminating(api: KubeAPIServer) -> set[str]:
-    """Victims that are being deleted (evicted, still shutting down on their node)."""
-    found = set()
-    for name in VICTIM_NODES:
-        pod = api.get_object(f"/api/v1/namespaces/{VICTIMS}/pods/{name}")
-        if pod is None or pod["metadata"].get("deletionTimestamp"):
-            found.add(name)
-    return found
-
-
 def test_no_second_plan_for_a_pending_pod_while_the_pods_moved_for_it_still_terminate(
     graceful_api: KubeAPIServer, dkube: DeschedulerKube
 ) -> None:
@@ -79,14 +69,14 @@ def test_no_second_plan_for_a_pending_pod_while_the_pods_moved_for_it_still_term
     controller = Controller(dkube, Evictor(dkube, Limits(dry_run=False)), NOW)
     first = controller.cycle(Stats())
     assert first.startswith(f"made room for {TENANT}/train"), first
-    moved = _terminating(graceful_api)
+    moved = _leaving(graceful_api)
     assert len(moved) == 2, moved  # one node's two shares, evicted and shutting down (their grace)
 
     # The next cycle (60 s later by default) comes while they still shut down: their room is on its
     # way to `train`, which is therefore still pending, as it must be until they are gone.
     second = controller.cycle(Stats())
 
-    assert _terminating(graceful_api) == moved, (
+    assert _leaving(graceful_api) == moved, (
         f"more of prod's pods were evicted for the same pending pod: {second}"
     )
 
@@ -105,7 +95,7 @@ def test_no_pods_are_moved_for_a_pending_pod_whose_room_is_already_being_freed(
 
     line = controller.cycle(Stats())
 
-    assert _terminating(graceful_api) == set(), f"pods were evicted for room that was already coming: {line}"
+    assert _leaving(graceful_api) == set(), f"pods were evicted for room that was already coming: {line}"
 
 
 def test_a_pod_that_says_no_on_its_own_label_is_not_moved_in_an_opted_in_namespace() -> None:
