@@ -55,6 +55,8 @@ DEFAULT_HOOK_LISTEN = "unix:///var/run/fgpu-agent/hooks.sock"
 DEFAULT_STATE_DIR = "/var/run/fgpu-agent"
 #: fgpu's record of the MIG instances it created (agent/mig_nvml.py), in the state directory.
 MIG_RECORD_FILE = "mig-instances.json"
+#: The agent's record of its unhealthy GPUs (agent/health_record.py), in the state directory.
+HEALTH_RECORD_FILE = "gpu-health.json"
 #: Public keys only: a node never holds what signs allocations (apis/signing.py).
 DEFAULT_VERIFYING_KEYS = "/etc/fgpu/verifying-keys"
 
@@ -197,6 +199,10 @@ def state_dir(config: AgentConfig) -> str:
 
 def mig_record_path(config: AgentConfig) -> str:
     return os.path.join(state_dir(config), MIG_RECORD_FILE)
+
+
+def health_record_path(config: AgentConfig) -> str:
+    return os.path.join(state_dir(config), HEALTH_RECORD_FILE)
 
 
 def validate(config: AgentConfig, *, source: str) -> None:

@@ -34,10 +34,11 @@ from agent.admissionsweep import AdmissionSweeper, PodSource
 from agent.backendreport import IsolationMonitor
 from agent.cgroups import PidResolver
 from agent.checkpoint import CheckpointReader
-from agent.config import AgentConfig, mig_record_path
+from agent.config import AgentConfig, health_record_path, mig_record_path
 from agent.criclient import RuntimeClient
 from agent.errors import KubeAPIError, RuntimeUnavailable
 from agent.health import HealthTracker
+from agent.health_record import HealthRecord, read_boot_id
 from agent.hook import HookSettings
 from agent.hookserver import GPUHookServicer, HookServer
 from agent.isolation.readiness import Files
@@ -93,12 +94,14 @@ class Agent:
         self._discovery_wait_s = discovery_wait_s
         self.node_name = node_name
         self.metrics = metrics or AgentMetrics()
+        health = HealthTracker(quiet_period_s=config.health_quiet_period_s, application_xids=config.application_xids)
+        # Failures an earlier agent process saw stay failures: their Xids will not be delivered again.
+        self.health_record = HealthRecord(Path(health_record_path(config)), boot_id=read_boot_id(config.proc_root))
+        for uuid, reason in self.health_record.load().items():
+            log.warning("GPU %s was unhealthy before the agent restarted (%s); it stays so for the quiet period", uuid, reason)
+            health.restore(uuid, reason, now=clock())
         self.state = NodeState(
-            node_name=node_name,
-            health=HealthTracker(
-                quiet_period_s=config.health_quiet_period_s, application_xids=config.application_xids
-            ),
-            metrics=self.metrics,
+            node_name=node_name, health=health, metrics=self.metrics, health_changed=self.health_record.save,
         )
         self.worker = NVMLWorker(
             nvml,

@@ -74,6 +74,16 @@ class HealthTracker:
         self._states[uuid] = HealthState()
         return Transition(uuid=uuid, healthy=True, reason=f"recovered after {self._quiet:g}s without errors", at=now)
 
+    def restore(self, uuid: str, reason: str, *, now: float) -> None:
+        """A failure recorded by an earlier agent process: unhealthy, with the quiet period starting `now`.
+
+        No transition: the GPU was already reported unhealthy, by the agent that recorded it."""
+        self._states[uuid] = HealthState(healthy=False, reason=reason, last_failure_at=now)
+
+    def unhealthy(self) -> dict[str, str]:
+        """The reason of every unhealthy GPU, by UUID."""
+        return {uuid: s.reason for uuid, s in self._states.items() if not s.healthy}
+
     def forget(self, keep: Iterable[str]) -> None:
         """Drops the state of GPUs no longer present."""
         wanted = set(keep)

@@ -11,20 +11,18 @@ empty (fgpu then leaks rather than destroys).
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import logging
-import os
-import stat
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.mig_manager import Intent, Owned
+from agent.state_file import StateFileError, directory_problem, read_text, write_atomic
 
 log = logging.getLogger(__name__)
+
+WHAT = "fgpu's MIG record"
 
 
 class RecordError(Exception):
@@ -58,21 +56,7 @@ class OwnedFile:
 
     def problem(self) -> str:
         """Why the record's directory cannot be trusted (others may write it), or "" when it can."""
-        try:
-            st = os.lstat(self._path.parent)
-        except FileNotFoundError:
-            return ""
-        except OSError as err:
-            return f"fgpu's MIG record directory {self._path.parent} cannot be read: {err.strerror}"
-        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-            return f"fgpu's MIG record directory {self._path.parent} is not a directory (a symlink?); make it one"
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return (
-                f"fgpu's MIG record directory {self._path.parent} is writable by group or others "
-                f"(mode {stat.S_IMODE(st.st_mode):o}), so anyone could forge which MIG instances fgpu destroys; "
-                "chmod go-w it, or set stateDir to a directory only the agent writes"
-            )
-        return ""
+        return directory_problem(self._path.parent, what=WHAT)
 
     def read(self) -> frozenset[Owned]:
         return self.load().owned
@@ -83,18 +67,10 @@ class OwnedFile:
             log.warning("%s; no MIG instance found is taken for fgpu's", problem)
             return Record()
         try:
-            fd = os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            return Record()
-        except OSError as err:
+            text = read_text(self._path)
+            raw = json.loads(text) if text is not None else []
+        except (StateFileError, ValueError) as err:
             # Unreadable, or a link planted at the path: fgpu then owns nothing it finds, and leaks.
-            why = "is a symlink" if err.errno == errno.ELOOP else err.strerror
-            log.warning("MIG record %s unreadable (%s); no instance found is taken for fgpu's", self._path, why)
-            return Record()
-        try:
-            with os.fdopen(fd, encoding="utf-8") as f:
-                raw = json.loads(f.read())
-        except (OSError, ValueError) as err:
             log.warning("MIG record %s unreadable (%s); no instance found is taken for fgpu's", self._path, err)
             return Record()
         owned, intents = set(), set()
@@ -122,26 +98,12 @@ class OwnedFile:
 
     def save(self, record: Record) -> None:
         """Writes the record atomically; RecordError when its directory is not the agent's alone."""
-        directory = self._path.parent
-        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-        problem = self.problem()
-        if problem:
-            raise RecordError(problem)
         rows: list[dict[str, Any]] = sorted((asdict(o) for o in record.owned), key=lambda r: (r["gpu_uuid"], r["gi_id"]))
         rows += sorted(
             ({"intent": True, **asdict(i)} for i in record.intents), key=lambda r: (r["gpu_uuid"], r["placement_start"])
         )
-        # A fresh file (O_EXCL, mode 0600) in the same directory, renamed over the record: a link
-        # planted at either name is never followed, and readers see the old or the new record whole.
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{self._path.name}.", suffix=".tmp")
+        # fsync before the rename: the intent must be on disk before NVML is asked to create.
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(json.dumps(rows, sort_keys=True))
-                out.flush()
-                # fsync before the rename: the intent must be on disk before NVML is asked to create.
-                os.fsync(out.fileno())
-            os.replace(tmp, self._path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+            write_atomic(self._path, json.dumps(rows, sort_keys=True), what=WHAT)
+        except StateFileError as err:
+            raise RecordError(str(err)) from None

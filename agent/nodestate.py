@@ -49,8 +49,13 @@ class UsageSample(tuple[GPUUsage, ...]):
 
 
 class NodeState:
-    def __init__(self, *, node_name: str, health: HealthTracker, metrics: AgentMetrics) -> None:
+    def __init__(
+        self, *, node_name: str, health: HealthTracker, metrics: AgentMetrics,
+        health_changed: Callable[[dict[str, str]], None] | None = None,
+    ) -> None:
+        """`health_changed`: told the unhealthy GPUs (UUID: reason) after every health transition, lock held."""
         self.node_name = node_name
+        self._health_changed = health_changed
         self._lock = threading.RLock()
         self._health = health
         self._metrics = metrics
@@ -164,6 +169,8 @@ class NodeState:
             log.warning("GPU %s is now %s: %s", t.uuid, to, t.reason)
             self._metrics.health_transitions.labels(t.uuid, to, t.reason.split(":")[0]).inc()
         if changed:
+            if self._health_changed is not None:
+                self._health_changed(self._health.unhealthy())
             self._refresh()
 
     def _refresh(self) -> None:

@@ -131,6 +131,9 @@ def agent_argv(
         # Shortened (deployed: 60s / 2m) so a missed PostStopPodSandbox is swept within the drain phase.
         "admissionSweep": "5s",
         "admissionSweepGrace": "10s",
+        # Shortened (deployed: 5m): a lost GPU stays unhealthy this long after the agent that restarts on the
+        # healed inventory starts (its failure is recorded across restarts), well inside the recovery phase.
+        "healthQuietPeriod": "5s",
     }
     if overcommit:
         config["overcommit"] = overcommit

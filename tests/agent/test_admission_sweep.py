@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -23,6 +22,7 @@ from agent.pcitopology import InventoryTopology
 from agent.podsources import KubePods
 from tests.agent.helpers import T4
 from tests.kubeapi import KubeAPIServer
+from tests.waiting import wait_until as _wait
 
 NODE = "gpu-node-1"
 GRACE = 120.0
@@ -169,13 +169,6 @@ def test_the_sweep_period_and_grace_are_configurable_and_checked() -> None:
     with pytest.raises(ConfigError, match="admissionSweepGrace"):
         parse_config({"admissionSweepGrace": -1})
 
-
-def _wait(condition: Callable[[], bool], *, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def test_the_running_agent_sweeps_its_ledger_on_its_own_with_kubernetes(kube_api: KubeAPIServer) -> None:

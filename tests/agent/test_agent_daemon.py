@@ -6,9 +6,8 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 
@@ -28,17 +27,11 @@ from apis.fgpu.v1 import hooks_pb2, hooks_pb2_grpc, scheduler_pb2, scheduler_pb2
 from tests.agent.helpers import T4
 from tests.kubeapi import DEVICE_CRD, KubeAPIServer
 from tests.signing_keys import signing_key, write_verifying_keys
+from tests.waiting import wait_until as _wait
 
 NODE = "gpu-node-1"
 DEVICE_PATH = f"/apis/{names.DEVICE_GROUP}/{names.DEVICE_VERSION}/devices/{NODE}"
 
-
-def _wait(condition: Callable[[], bool], *, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 @dataclass

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -20,6 +19,7 @@ from apis import names
 from apis.devices import ExternalHolder, NodeDevices, from_device_object
 from tests.agent.helpers import H100, T4, started_fake
 from tests.kubeapi import DEVICE_CRD, KubeAPIServer
+from tests.waiting import wait_until as _wait
 
 NODE = "gpu-node-1"
 DEVICE_PATH = f"/apis/{names.DEVICE_GROUP}/{names.DEVICE_VERSION}/devices/{NODE}"
@@ -44,13 +44,6 @@ def _devices(path: str = T4) -> NodeDevices:
     nvml, inventory = started_fake(path)
     return discover(nvml, node_name=NODE, topology=InventoryTopology(inventory)).devices
 
-
-def _wait(condition: Callable[[], bool], *, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def test_the_device_is_created_owned_by_the_node_and_reads_back_as_the_same_devices(

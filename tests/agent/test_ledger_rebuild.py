@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
@@ -34,6 +33,7 @@ from apis.signing import SigningKey, SigningKeyError, VerifyingKeys, allocation_
 from tests.agent.helpers import A100_MIG, T4, started_fake
 from tests.kubeapi import KubeAPIServer
 from tests.signing_keys import signing_key, verifying, write_verifying_keys
+from tests.waiting import wait_until as _wait
 
 KEY = signing_key("ledger-rebuild-test-key")
 KEYS = verifying(KEY)
@@ -289,13 +289,6 @@ def _request(uid: str, annotations: dict[str, str]) -> hooks_pb2.ContainerHookRe
         container=hooks_pb2.ContainerMeta(name="main"),
     )
 
-
-def _wait(condition: Callable[[], bool], *, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -19,14 +19,7 @@ from agent.pcitopology import InventoryTopology
 from apis import names
 from apis.devices import NodeDevices
 from tests.agent.helpers import T4, data_file
-
-
-def _wait(condition: Callable[[], bool], *, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
+from tests.waiting import wait_until as _wait
 
 
 class Node:

@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
@@ -35,6 +34,7 @@ from tests.containerd.fixtures import containerd  # noqa: F401 - a fixture
 from tests.containerd.harness import Containerd
 from tests.runtimeproxy.kubelet import Kubelet, Pod, PodSpec
 from tests.signing_keys import signing_key, write_verifying_keys
+from tests.waiting import wait_until as _wait
 
 NODE = "gpu-node-1"
 GRACE = 120.0
@@ -189,13 +189,6 @@ def test_the_runtime_endpoint_is_a_config_key_and_a_flag_and_a_bad_one_is_refuse
     with pytest.raises(ConfigError, match="runtimeEndpoint=5 must be text"):
         parse_config({"runtimeEndpoint": 5})
 
-
-def _wait(condition: Callable[[], bool], *, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def test_the_running_agent_without_kubernetes_sweeps_through_the_runtime_and_survives_it_being_away(

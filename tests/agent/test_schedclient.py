@@ -6,8 +6,7 @@ import os
 import shutil
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import replace
 
@@ -24,6 +23,7 @@ from agent.usage import GPUUsage, ProcessUsage
 from apis.devices import NodeDevices, from_proto
 from apis.fgpu.v1 import scheduler_pb2, scheduler_pb2_grpc
 from tests.agent.helpers import T4, started_fake
+from tests.waiting import wait_until as _wait
 
 
 class StandIn(scheduler_pb2_grpc.SchedulerServicer):
@@ -71,13 +71,6 @@ def _devices() -> NodeDevices:
     nvml, inventory = started_fake(T4)
     return discover(nvml, node_name="n1", topology=InventoryTopology(inventory)).devices
 
-
-def _wait(condition: Callable[[], bool], *, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def test_the_report_carries_devices_usage_and_a_timestamp(scheduler: Scheduler) -> None:

@@ -6,8 +6,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from apis.fgpu.v1 import hooks_pb2, hooks_pb2_grpc
 from apis.signing import SigningKey, allocation_annotations
 from tests.agent.helpers import T4
 from tests.signing_keys import legacy_v1_signature, signing_key, write_verifying_keys
+from tests.waiting import wait_until as _wait
 
 NODE = "gpu-node-1"
 OLD = signing_key("agent-rotation-old")
@@ -78,13 +78,6 @@ def node(tmp_path: Path) -> Iterator[Node]:
     with _running(write_verifying_keys(str(tmp_path / "verifying-keys"), OLD)) as running:
         yield running
 
-
-def _wait(condition: Callable[[], bool], *, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
 
 
 def _allocation(node: Node) -> Allocation:

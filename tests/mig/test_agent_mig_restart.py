@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -30,18 +29,12 @@ from apis.fgpu.v1 import hooks_pb2, hooks_pb2_grpc
 from tests.kubeapi import DEVICE_CRD, KubeAPIServer
 from tests.mig.test_agent_mig_hook import INVENTORY, KEY, NODE, signed
 from tests.signing_keys import write_verifying_keys
+from tests.waiting import wait_until as _wait
 
 DEVICE_PATH = f"/apis/{names.DEVICE_GROUP}/{names.DEVICE_VERSION}/devices/{NODE}"
 GPU0 = "GPU-5e1d0a7c-3b1f-4c6e-9a2d-7f0e1b2c3d40"
 OPERATORS = "MIG-0c7e4d1a-2b3c-4d5e-8f60-718293a4b5c6"
 
-
-def _wait(condition: Callable[[], bool], *, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from apis.mig_mode import ModeState, statuses
 from fgpuctl.main import main as fgpuctl
 from tests.kubeapi import DEVICE_CRD, KubeAPIServer
 from tests.signing_keys import signing_key, write_verifying_keys
+from tests.waiting import wait_until as _wait
 
 NODE = "mig-mode-node"
 OFF_GPU = "GPU-7a1e0c2d-0000-4000-8000-000000000000"
@@ -222,13 +222,6 @@ def test_a_request_for_a_gpu_the_node_lacks_fails_and_is_removed(rig: Rig) -> No
 
 
 # --- the round trip: fgpuctl mig enable against a running agent ------------------------------
-
-def _wait(condition: Callable[[], bool], *, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -32,6 +32,7 @@ from tests.agent.helpers import T4
 from tests.kubeapi import DEVICE_CRD
 from tests.kubeapi.server import KubeAPIServer
 from tests.signing_keys import signing_key, verifying, write_verifying_keys
+from tests.waiting import wait_until as _wait
 
 KEY = signing_key("reclaim-daemon-test-key")
 NODE = "gpu-node-1"
@@ -42,13 +43,6 @@ PODS = {  # name: (uid, pid, request GiB, limit GiB or None)
 }
 SETTINGS = "ratio: 1.5\nhighWater: 0.95\npressureGrace: 300ms\ncooldown: 30s\nevictionGrace: 5s\ninterval: 50ms\n"
 
-
-def _wait(condition: Callable[[], bool], *, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 @dataclass
