@@ -29,6 +29,7 @@ Unknown keys and bad values are refused with the key, the value and the fix.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -36,14 +37,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import yaml
-
 from agent.checkpoint import DEFAULT_PATH as DEFAULT_CHECKPOINT_PATH
 from agent.errors import ConfigError
 from agent.health import DEFAULT_APPLICATION_XIDS
 from agent.isolation import registry
 from agent.isolation.registry import IsolationPaths
-from apis import names, tls
+from apis import config_yaml, hostport, names, tls
 from apis.grpc_server import AddressError, parse_address
 from apis.tls import TLSFiles
 
@@ -135,19 +134,21 @@ _KEYS: dict[str, str] = {
     "overcommit": "overcommit",
 }
 _TLS_KEYS = {"caFile": "ca_file", "certFile": "cert_file", "keyFile": "key_file", "serverName": "server_name"}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+#: A bare number of seconds, or Go's (and so Kubernetes') duration form: 500ms, 5m, 1h30m.
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)|((?:\d+(?:\.\d+)?(?:ms|s|m|h))+))\s*$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+#: Longer than any sensible interval or grace, and far below what a timer accepts (threading.TIMEOUT_MAX):
+#: a value past it is a typo, and a timer given it would raise OverflowError in a running daemon.
+MAX_DURATION_S = 366 * 24 * 3600.0
 
 
 def load_config_file(path: str) -> AgentConfig:
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except OSError as err:
-        raise ConfigError(f"--config {path}: cannot read it ({err.strerror}); pass an existing file") from err
-    except yaml.YAMLError as err:
-        raise ConfigError(f"--config {path}: not valid YAML ({err})") from err
-    return parse_config(data or {}, source=path)
+        data = config_yaml.load_file(path)
+    except config_yaml.YAMLFileError as err:
+        raise ConfigError(f"--config {err}") from None
+    return parse_config({} if data is None else data, source=path)
 
 
 def parse_config(data: object, *, source: str = "config", base: AgentConfig | None = None) -> AgentConfig:
@@ -207,16 +208,17 @@ def health_record_path(config: AgentConfig) -> str:
 
 def validate(config: AgentConfig, *, source: str) -> None:
     for attr in ("poll_interval_s", "discovery_interval_s", "report_resync_s", "nvml_retry_max_s", "admission_sweep_s"):
-        if getattr(config, attr) <= 0:
-            raise ConfigError(f"{source}: {attr} = {getattr(config, attr)} must be more than 0 seconds")
+        if not getattr(config, attr) > 0:  # NaN too
+            raise ConfigError(
+                f"{source}: {_key_of(attr)} ({attr}) = {getattr(config, attr)} must be more than 0 seconds, e.g. 30s"
+            )
+    for attr in ("admission_sweep_grace_s", "health_quiet_period_s"):
+        if not getattr(config, attr) >= 0:  # NaN too
+            raise ConfigError(f"{source}: {_key_of(attr)} = {getattr(config, attr)} must be 0 seconds or more, e.g. 2m")
     if not config.verifying_keys:
         raise ConfigError(
             f"{source}: verifyingKeys is empty; give the file or directory of the scheduler's public keys, "
             f"e.g. {DEFAULT_VERIFYING_KEYS} (`fgpuctl keys public`)"
-        )
-    if config.admission_sweep_grace_s < 0:
-        raise ConfigError(
-            f"{source}: admissionSweepGrace = {config.admission_sweep_grace_s} must be 0 seconds or more (default 2m)"
         )
     try:
         parse_address(config.hook_listen, field="hookListen")
@@ -241,10 +243,11 @@ def validate(config: AgentConfig, *, source: str) -> None:
         )
     if config.state_dir and not config.state_dir.startswith("/"):
         raise ConfigError(f"{source}: stateDir={config.state_dir!r} must be an absolute path (or empty)")
-    if config.metrics_listen:
-        _host, sep, port = config.metrics_listen.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ConfigError(f"{source}: metricsListen={config.metrics_listen!r} must be HOST:PORT (e.g. 0.0.0.0:9400) or empty")
+    if config.metrics_listen and not hostport.is_listen_hostport(config.metrics_listen):
+        raise ConfigError(
+            f"{source}: metricsListen={config.metrics_listen!r} must be HOST:PORT with a port up to 65535 "
+            "(e.g. 0.0.0.0:9400; an IPv6 host in brackets: [::]:9400) or empty"
+        )
 
 
 def _check_scheduler_tls(config: AgentConfig, *, source: str) -> None:
@@ -265,7 +268,7 @@ def _convert(attr: str, raw: object, *, where: str) -> Any:
     if attr == "isolation_paths":
         return _paths(raw, where)
     if attr.endswith("_s"):
-        return parse_duration(raw, where=where)
+        return parse_bounded_duration(raw, where=where)
     if attr == "application_xids":
         if not isinstance(raw, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
             raise ConfigError(f"{where}={raw!r} must be a list of Xid numbers, e.g. [13, 31, 43]")
@@ -284,14 +287,32 @@ def _convert(attr: str, raw: object, *, where: str) -> Any:
 
 
 def parse_duration(raw: object, *, where: str) -> float:
-    if isinstance(raw, bool):
-        raise ConfigError(f"{where}={raw!r} is not a duration; write e.g. 1s, 500ms or 5m")
+    """Seconds from a number, "500ms", "5m" or "1h30m" (a YAML number may be NaN or infinite)."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise ConfigError(f"{where}={raw!r} is not a duration; write e.g. 1s, 500ms, 5m or 1h30m")
     if isinstance(raw, int | float):
-        return float(raw)
-    match = _DURATION.match(str(raw))
-    if match is None:
-        raise ConfigError(f"{where}={raw!r} is not a duration; write e.g. 1s, 500ms or 5m")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+        seconds = float(raw)
+    else:
+        match = _DURATION.match(raw)
+        if match is None:
+            raise ConfigError(f"{where}={raw!r} is not a duration; write e.g. 1s, 500ms, 5m or 1h30m")
+        if match.group(1) is not None:
+            seconds = float(match.group(1))
+        else:
+            seconds = sum(float(n) * _UNITS[unit] for n, unit in _DURATION_PART.findall(match.group(2)))
+    return seconds
+
+
+def parse_bounded_duration(raw: object, *, where: str) -> float:
+    """`parse_duration`, refusing NaN, infinities and anything past `MAX_DURATION_S` (a timer given
+    one raises OverflowError or spins in a running daemon)."""
+    seconds = parse_duration(raw, where=where)
+    if math.isnan(seconds) or abs(seconds) > MAX_DURATION_S:
+        raise ConfigError(
+            f"{where}={raw!r} is not a usable duration (at most {int(MAX_DURATION_S // 86400)} days); "
+            "write e.g. 1s, 500ms, 5m or 1h30m"
+        )
+    return seconds
 
 
 def _isolation(value: str, where: str) -> str:
@@ -325,6 +346,11 @@ def _scheduler_tls(raw: object, where: str) -> TLSFiles:
             raise ConfigError(f"{where}.{key}={value!r} must be text (a file path, or the name for serverName)")
         values[attr] = value
     return TLSFiles(**values)
+
+
+def _key_of(attr: str) -> str:
+    """The config file's key for a field, for messages."""
+    return next((key for key, value in _KEYS.items() if value == attr), attr)
 
 
 def _attr_for(key: object, table: Mapping[str, str], *, where: str) -> str:

@@ -255,6 +255,7 @@ class Agent:
             self.no_reclaim.start()
         if self.config.metrics_listen:
             host, _, port = self.config.metrics_listen.rpartition(":")
+            host = host.removeprefix("[").removesuffix("]")  # `[::]:9400`: the brackets are not the address
             # Not prometheus_client's server: on hostNetwork every pod reaches this port, and that one
             # gives each connection a thread with no read deadline (apis/metrics_server.py).
             self._metrics_server = MetricsServer(self.metrics.registry, host=host, port=int(port), name="fgpu-agent-metrics")

@@ -22,11 +22,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import yaml
-
-from agent.config import parse_duration
+from agent.config import parse_bounded_duration, parse_duration
 from agent.errors import ConfigError
 from agent.reclaim import MIN_EVICTION_GRACE_S, ReclaimPolicy
+from apis import config_yaml
 
 _MAX_RATIO = 10.0
 #: kubelet's default termination grace: long enough for a clean shutdown, short enough to get the memory back
@@ -105,7 +104,7 @@ def _number(data: Mapping[str, object], key: str, default: float, *, source: str
 def _duration(data: Mapping[str, object], key: str, default: float, *, source: str) -> float:
     if key not in data:
         return default
-    value = parse_duration(data[key], where=f"{source}: {key}")
+    value = parse_bounded_duration(data[key], where=f"{source}: {key}")
     if value < 0:
         raise ConfigError(f"{source}: {key}={data[key]!r}: must not be negative")
     return value
@@ -136,9 +135,8 @@ class SettingsFile:
             return False
         self._stamp = stamp
         try:
-            with open(self.path, encoding="utf-8") as handle:
-                settings = parse(yaml.safe_load(handle), source=self.path)
-        except (OSError, yaml.YAMLError, ConfigError) as exc:
+            settings = parse(config_yaml.load_file(self.path), source=self.path)
+        except (config_yaml.YAMLFileError, ConfigError) as exc:
             kept = "keeping the settings in force" if self.loaded else "reclaim waits for a valid file"
             self.error = f"{exc}; {kept}"
             return False

@@ -152,6 +152,9 @@ SIGNING_KEY_FILE: Final = "signing-key.pem"
 VERIFYING_KEYS_CONFIGMAP: Final = "fgpu-verifying-keys"
 #: Secret with the v1 HMAC cluster key of fgpu before v2 signatures; kept only for the upgrade window.
 LEGACY_SIGNING_KEY_SECRET: Final = "fgpu-signing-key"
+#: Prefix of a node's name in its client certificate (kubelet's convention, O=system:nodes): over TLS
+#: the scheduler takes a ReportDevices only from a certificate naming that node (this prefix + node, or the node).
+NODE_IDENTITY_PREFIX: Final = "system:node:"
 
 # --- Admission webhook (fgpu-webhook) -------------------------------------------
 

@@ -13,9 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from apis import names
+from apis import config_yaml, names
 from apis.translation_rule import KOORDINATOR_SOURCE, MEMORY_UNITS, CountSpec, Per, Rule, ShareSpec
 
 RULES_VERSION = 1
@@ -44,17 +42,21 @@ class TranslationRules:
     @classmethod
     def load(cls, path: str) -> TranslationRules:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            raw = Path(path).read_bytes()
         except OSError as exc:
             raise RulesError(f"{path}: cannot read the rules file: {exc.strerror or exc}") from exc
-        return cls.from_yaml(text, origin=path)
+        try:
+            data = config_yaml.load_bytes(raw, origin=path)
+        except config_yaml.YAMLFileError as exc:
+            raise RulesError(f"{exc} (the translation rules file)") from None
+        return cls.from_mapping(data, origin=path)
 
     @classmethod
     def from_yaml(cls, text: str, *, origin: str = "<rules>") -> TranslationRules:
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise RulesError(f"{origin}: not valid YAML: {exc}") from exc
+            data = config_yaml.load_text(text, origin=origin)
+        except config_yaml.YAMLFileError as exc:
+            raise RulesError(str(exc)) from None
         return cls.from_mapping(data, origin=origin)
 
     @classmethod
@@ -86,7 +88,8 @@ def _parse_document(data: object, origin: str) -> list[Rule]:
     if not isinstance(data, Mapping):
         raise RulesError(f"{origin}: expected a mapping with 'version: {RULES_VERSION}' and 'rules: [...]'")
     _reject_unknown(data, {"version", "rules"}, f"{origin}")
-    if data.get("version") != RULES_VERSION:
+    version = data.get("version")
+    if type(version) is not int or version != RULES_VERSION:  # not `true` or 1.0, which compare equal to 1
         raise RulesError(f"{origin}: version: {data.get('version')!r} is not supported; write 'version: {RULES_VERSION}'")
     raw_rules = data.get("rules")
     if not isinstance(raw_rules, list) or not raw_rules:
@@ -178,7 +181,7 @@ def _parse_share(raw: object, where: str, *, memory: bool) -> ShareSpec | None:
     unit = ""
     if memory:
         unit_text = raw.get("unit")
-        if unit_text not in MEMORY_UNITS:
+        if not isinstance(unit_text, str) or unit_text not in MEMORY_UNITS:
             raise RulesError(f"{where}: unit: {unit_text!r} is not known; write one of {', '.join(MEMORY_UNITS)}")
         unit = str(unit_text)
         if "default" in raw:

@@ -42,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--scheduler", metavar="ADDRESS", help="ask a running fgpu-scheduler (unix:///path.sock or HOST:PORT)"
     )
+    source.add_argument(
+        "--context", metavar="NAME", default="",
+        help="with the API as source: the kubeconfig context, as kubectl's --context (alone: from the default kubeconfig)",
+    )
     source.add_argument("--nodes", help="trace node list CSV (with --pods)")
     source.add_argument("--pods", help="trace pod list CSV (with --nodes)")
     source.add_argument("--seed", type=int, default=42, help="replay seed (default 42)")
@@ -113,7 +117,10 @@ def run(args: argparse.Namespace) -> int:
     except (SnapshotError, TraceError) as error:
         return _fail(str(error))
     if args.write_snapshot:
-        Path(args.write_snapshot).write_text(json.dumps(snapshot_to_json(snapshot)) + "\n")
+        try:
+            Path(args.write_snapshot).write_text(json.dumps(snapshot_to_json(snapshot)) + "\n")
+        except OSError as error:
+            return _fail(f"--write-snapshot={args.write_snapshot}: cannot write: {error.strerror or error}; give a path in a directory you can write to")
     pending = TracePod(
         name="pending",
         cpu_milli=args.cpu,
@@ -158,6 +165,7 @@ def _live(args: argparse.Namespace) -> LiveSnapshot | str:
     """The live cluster's snapshot, or the one-line reason it could not be read."""
     import grpc
 
+    from fgpuctl import api_errors, kubecontext
     from fgpuctl.cluster_state import from_scheduler, read_api
     from fgpuctl.live_snapshot import LiveStateError, snapshot_from_api, snapshot_from_scheduler
 
@@ -170,10 +178,10 @@ def _live(args: argparse.Namespace) -> LiveSnapshot | str:
     except LiveStateError as exc:
         return str(exc)
     except Exception as exc:  # an unreachable or refusing API server: one line for the operator, not a traceback
-        message = str(exc)
+        message = api_errors.explain(exc)
         if message.startswith(("--kubeconfig", "no --kubeconfig")):  # a kubeconfig that cannot be loaded says so
             return message
-        return f"--kubeconfig={args.kubeconfig}: {message}"
+        return f"{kubecontext.shown(args)}: {message}"
 
 
 def plan_document(pending: TracePod, plan: Plan, notes: Sequence[str]) -> dict[str, Any]:

@@ -5,7 +5,8 @@ The same idea as `kubectl inspect gpushare`. Two sources give the same answer:
     fgpuctl inspect [--kubeconfig FILE]     # Devices + pod annotations from the API, rebuilt here
     fgpuctl inspect --scheduler ADDRESS     # the running scheduler's own view (GetNodeState)
 
-`-o json` prints one JSON document (the shape of `report_json`'s docstring).
+`-o json` prints one JSON document (the shape of `report_json`'s docstring), `-o yaml` the same as
+YAML; `-o wide` is the table.
 
 With `--verifying-keys`, inspect from the API checks every bound pod's
 allocation signature, counts one that does not verify as the scheduler does
@@ -19,12 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from apis import names
+from fgpuctl import api_errors, kubecontext
 from fgpuctl.cluster_state import NodeRow, UnverifiedRow, from_scheduler, read_api
 from fgpuctl.text_table import printable, render
 
@@ -36,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--kubeconfig", metavar="FILE", default="", help="read Devices and pods from this cluster")
     source.add_argument("--scheduler", metavar="ADDRESS", help="ask a running fgpu-scheduler (unix:///path.sock or HOST:PORT)")
+    kubecontext.add_flag(parser)
     parser.add_argument(
         "--verifying-keys",
         metavar="PATH",
@@ -46,7 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--legacy-signing-key", metavar="FILE", default="", help="with --verifying-keys: also accept v1 (HMAC) signatures of this key"
     )
-    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    parser.add_argument(
+        "-o", "--output", choices=["table", "wide", "json", "yaml"], default="table",
+        help="table (wide: the same, as kubectl's flag), or the report as JSON or YAML",
+    )
     parser.add_argument("nodes", nargs="*", help="only these nodes")
 
 
@@ -57,6 +63,7 @@ ISOLATION_CONDITION = names.ISOLATION_READY_CONDITION
 def run(args: argparse.Namespace) -> int:
     unverified: tuple[UnverifiedRow, ...] | None = None
     isolation: dict[str, dict[str, Any]] = {}
+    known: Collection[str] | None = None  # every Node's name, where the source says
     try:
         if args.scheduler:
             if args.verifying_keys:
@@ -65,19 +72,44 @@ def run(args: argparse.Namespace) -> int:
             rows = from_scheduler(args.scheduler, args.nodes)
         else:
             state = read_api(args.kubeconfig, args.nodes, verify=_verifier(args.verifying_keys, legacy=args.legacy_signing_key))
-            rows, unverified = list(state.rows), state.unverified
+            rows, unverified, known = list(state.rows), state.unverified, state.nodes.keys()
             isolation = _isolation_conditions(args.kubeconfig)
     except grpc.RpcError as exc:
         print(f"fgpuctl inspect: --scheduler={args.scheduler}: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
     except Exception as exc:  # reported to the operator as one line, not a traceback
-        print(f"fgpuctl inspect: {exc}", file=sys.stderr)
+        print(f"fgpuctl inspect: {api_errors.explain(exc)}", file=sys.stderr)
         return 1
     if args.output == "json":
         print(json.dumps(report_json(rows, unverified, isolation), indent=2, sort_keys=True))
+    elif args.output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(report_json(rows, unverified, isolation), sort_keys=True, default_flow_style=False), end="")
     else:
         print(table(rows, unverified, isolation), end="")
+    missing = _missing(args.nodes, rows, known, scheduler=bool(args.scheduler))
+    if missing:  # as `kubectl get node a b`: what was found is shown, what was not is an error
+        print(f"fgpuctl inspect: {missing}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _missing(asked: Sequence[str], rows: Sequence[NodeRow], known: Collection[str] | None, *, scheduler: bool) -> str:
+    """One line naming each node asked for that the report lacks, and why; empty when none is missing."""
+    shown = {r.name for r in rows}
+    reasons = []
+    for name in dict.fromkeys(n for n in asked if n not in shown):
+        if scheduler:
+            reasons.append(f"node {printable(name)} not found by the scheduler (no such node, or its agent reports no Device)")
+        elif known is not None and name not in known:
+            reasons.append(f"node {printable(name)} not found (`kubectl get nodes` lists them)")
+        else:
+            reasons.append(
+                f"node {printable(name)} has no fgpu Device: it has no GPUs, or fgpu-agent does not run there "
+                "(`kubectl -n fgpu-system get pods -o wide` lists the agents)"
+            )
+    return "; ".join(reasons)
 
 
 def _isolation_conditions(kubeconfig: str) -> dict[str, dict[str, Any]]:

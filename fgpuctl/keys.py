@@ -68,11 +68,29 @@ def run(args: argparse.Namespace) -> int:
             return list_keys(args.paths, out=out)
         if verb == "in-use":
             return in_use(args.filename, key=args.key, stdin=sys.stdin, out=out)
-    except (SigningKeyError, OSError, ValueError) as exc:
+    except BrokenPipeError:
+        raise  # the reader left (`| head`): fgpuctl.main ends quietly, this is no key error
+    except OSError as exc:
+        print(f"fgpuctl keys {verb}: {_os_error(verb, args, exc)}", file=err)
+        return EXIT_UNREADABLE
+    except (SigningKeyError, ValueError) as exc:
         print(f"fgpuctl keys {verb}: {exc}", file=err)
         return EXIT_UNREADABLE
     args._keys_parser.print_help(err)
     return EXIT_USAGE
+
+
+def _os_error(verb: str | None, args: argparse.Namespace, exc: OSError) -> str:
+    """A file error as one line naming the flag and the path it was given (the OS message alone names neither)."""
+    reason = exc.strerror or str(exc)
+    where = f" ({exc.filename})" if exc.filename else ""
+    if verb == "generate":
+        return f"--out={args.out}: cannot write the key pair there: {reason}{where}; give a directory you can write to"
+    if verb == "public":
+        return f"--in={args.source}: cannot read the private key: {reason}"
+    if verb == "in-use":
+        return f"-f={args.filename}: cannot read: {reason}; give a file of `kubectl get pods -A -o json` output, or - for stdin"
+    return f"{exc.filename or ''}: cannot read: {reason}".lstrip(": ")
 
 
 def generate(directory: str, *, out: TextIO, key: SigningKey | None = None) -> int:
@@ -135,8 +153,7 @@ def in_use(source: str, *, key: str | None, stdin: TextIO, out: TextIO) -> int:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{source}: not JSON ({exc}); give `kubectl get pods -A -o json` output") from None
-    pods = document.get("items", [document]) if isinstance(document, Mapping) else []
-    by_key = keys_in_use(pods)
+    by_key = keys_in_use(_pods(document, source))
     if key is not None:
         for pod in by_key.get(key, []):
             print(pod, file=out)
@@ -145,6 +162,31 @@ def in_use(source: str, *, key: str | None, stdin: TextIO, out: TextIO) -> int:
     for key_id, listed in sorted(by_key.items()):
         print(f"{key_id:<18}{len(listed)}", file=out)
     return EXIT_OK
+
+
+def _pods(document: object, source: str) -> list[Any]:
+    """The pods of `kubectl get pods -A -o json` output (a List, or one Pod), checked for the shape read.
+
+    Input of another shape is refused, not read as "no pod": an empty answer tells the operator
+    that the old key may be dropped, which would break the pods it still signs.
+    """
+    fix = "give `kubectl get pods -A -o json` output"
+    if not isinstance(document, Mapping):
+        raise ValueError(f"{source}: a JSON {type(document).__name__}, not a pod list; {fix}")
+    pods = document.get("items", [document])
+    if not isinstance(pods, list):
+        raise ValueError(f"{source}: items: expected a list of pods, got {type(pods).__name__}; {fix}")
+    for index, pod in enumerate(pods):
+        where = f"{source}: items[{index}]"
+        if not isinstance(pod, Mapping):
+            raise ValueError(f"{where}: expected a pod object, got {type(pod).__name__}; {fix}")
+        for field in ("metadata", "status"):
+            if not isinstance(pod.get(field) or {}, Mapping):
+                raise ValueError(f"{where}.{field}: expected an object, got {type(pod[field]).__name__}; {fix}")
+        if not isinstance((pod.get("metadata") or {}).get("annotations") or {}, Mapping):
+            got = type(pod["metadata"]["annotations"]).__name__
+            raise ValueError(f"{where}.metadata.annotations: expected an object, got {got}; {fix}")
+    return pods
 
 
 def keys_in_use(pods: Iterable[Any]) -> dict[str, list[str]]:

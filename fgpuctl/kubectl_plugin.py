@@ -7,7 +7,8 @@ flags mapped onto it. The flags may stand before or after the verb, as kubectl's
 
 - `--kubeconfig FILE` and `--context NAME`: as kubectl reads them (`KUBECONFIG`, a list of files
   merged first-wins, else ~/.kube/config). With a context, the verb gets a private kubeconfig of
-  the merged files with that context current (relative file paths made absolute), removed after.
+  the merged files with that context current (fgpuctl/kubecontext.py), removed after. Only the
+  verbs that read the API use them: `validate` reads files and needs no kubeconfig.
 - `-n/--namespace`: `top` shows that namespace's pods; the others read cluster-wide state
   (nodes, GPUs), so like kubectl on cluster-scoped resources they ignore it.
 - `-o json|yaml|wide`: the verb's JSON (inspect `-o json`, defrag-plan `--json`, validate's JSON
@@ -22,15 +23,11 @@ import argparse
 import contextlib
 import io
 import json
-import os
 import sys
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
+from fgpuctl import kubecontext
 from fgpuctl import main as fgpuctl
 from fgpuctl.top import dump
 
@@ -40,12 +37,8 @@ PLUGIN_VERBS = ("inspect", "validate", "defrag-plan", "top")
 #: Per verb, how it is asked for its JSON (None: it prints JSON already).
 _JSON_FLAG: dict[str, list[str] | None] = {"inspect": ["-o", "json"], "defrag-plan": ["--json"], "validate": None, "top": ["-o", "json"]}
 _READS_API = ("inspect", "defrag-plan", "top")
-#: kubeconfig fields that name files, resolved against the kubeconfig's own directory (as kubectl does).
-_PATH_FIELDS = {"clusters": ("cluster", ("certificate-authority",)), "users": ("user", ("client-certificate", "client-key", "tokenFile"))}
-
-
-class PluginError(Exception):
-    """A flag or kubeconfig the plugin cannot use; the message says which and how to fix it."""
+#: kubectl's merge of kubeconfig files (kept here by name for the plugin's callers).
+merged_kubeconfig = kubecontext.merged_kubeconfig
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,15 +70,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     rest.remove(verb)
     if flags.help:
         rest.append("--help")
+    # kubectl's global flags may come with any verb (aliases, wrappers); only a verb that reads the
+    # API needs the kubeconfig they pick, so a verb that reads files does not fail for want of one.
+    selected = kubecontext.selected(flags.kubeconfig, flags.context) if verb in _READS_API else contextlib.nullcontext("")
     try:
-        with _kubeconfig(flags.kubeconfig, flags.context) as kubeconfig:
+        with selected as kubeconfig:
             args = _verb_args(verb, rest, kubeconfig=kubeconfig, namespace=flags.namespace, output=flags.output)
             if flags.output in ("json", "yaml"):
                 return _structured(verb, args, flags.output)
             return fgpuctl.main([verb, *args])
-    except PluginError as exc:
+    except kubecontext.ContextError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader left (`| head`): end quietly, as kubectl does
+        return fgpuctl.reader_left()
 
 
 def _verb_args(verb: str, rest: list[str], *, kubeconfig: str, namespace: str, output: str) -> list[str]:
@@ -120,70 +118,6 @@ def _structured(verb: str, args: list[str], output: str) -> int:
         return code
     print(dump(doc, output), end="")
     return code
-
-
-@contextlib.contextmanager
-def _kubeconfig(path: str, context: str) -> Iterator[str]:
-    """The kubeconfig path the verb gets: as given without a context; else a private merged copy."""
-    if not context:
-        yield path
-        return
-    merged = merged_kubeconfig(_kubeconfig_files(path))
-    names = [str(c.get("name")) for c in merged.get("contexts") or []]
-    if context not in names:
-        raise PluginError(f"--context={context}: no such context in the kubeconfig; it has {', '.join(names) or 'none'}")
-    merged["current-context"] = context
-    with tempfile.TemporaryDirectory(prefix="kubectl-fgpu-") as directory:
-        target = Path(directory) / "kubeconfig"
-        target.touch(mode=0o600)  # it holds credentials
-        target.write_text(yaml.safe_dump(merged, sort_keys=False))
-        yield str(target)
-
-
-def _kubeconfig_files(path: str) -> list[Path]:
-    if path:
-        return [Path(path)]
-    env = os.environ.get("KUBECONFIG", "")
-    files = [Path(p) for p in env.split(os.pathsep) if p] if env else [Path.home() / ".kube" / "config"]
-    found = [f for f in files if f.is_file()]
-    if not found:
-        raise PluginError(f"no kubeconfig found ({', '.join(map(str, files))}); give --kubeconfig FILE")
-    return found
-
-
-def merged_kubeconfig(files: Sequence[Path]) -> dict[str, Any]:
-    """kubectl's merge of several kubeconfig files: the first file to name a cluster, user or context
-    (or to set current-context) wins; file paths inside are made absolute against their own file."""
-    merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "clusters": [], "users": [], "contexts": [], "current-context": ""}
-    for file in files:
-        try:
-            loaded = yaml.safe_load(file.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise PluginError(f"{file}: not a readable kubeconfig: {exc}") from exc
-        if not isinstance(loaded, Mapping):
-            raise PluginError(f"{file}: not a kubeconfig (expected a mapping with clusters, users, contexts)")
-        for section in ("clusters", "users", "contexts"):
-            known = {entry.get("name") for entry in merged[section]}
-            for entry in loaded.get(section) or []:
-                if isinstance(entry, Mapping) and entry.get("name") not in known:
-                    merged[section].append(_absolute(section, dict(entry), base=file.resolve().parent))
-                    known.add(entry.get("name"))
-        if not merged["current-context"] and loaded.get("current-context"):
-            merged["current-context"] = loaded["current-context"]
-    return merged
-
-
-def _absolute(section: str, entry: dict[str, Any], *, base: Path) -> dict[str, Any]:
-    if section not in _PATH_FIELDS:
-        return entry
-    key, fields = _PATH_FIELDS[section]
-    body = dict(entry.get(key) or {})
-    for name in fields:
-        value = body.get(name)
-        if isinstance(value, str) and value and not os.path.isabs(value):
-            body[name] = str(base / value)
-    entry[key] = body
-    return entry
 
 
 if __name__ == "__main__":

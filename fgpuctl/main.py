@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
+import os
 import sys
 from collections.abc import Sequence
+
+from fgpuctl import kubecontext
 
 #: verb -> (module, one-line help)
 VERBS: dict[str, tuple[str, str]] = {
@@ -42,14 +46,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit status when the reader of stdout left early (`fgpuctl ... | head`): what a shell shows for SIGPIPE.
+EXIT_READER_LEFT = 128 + 13
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return reader_left()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     run = getattr(args, "_run", None)
     if run is None:
         parser.print_help(sys.stderr)
         return 2
-    return int(run(args))
+    context = getattr(args, "context", "")
+    if not context:
+        code = int(run(args))
+        sys.stdout.flush()  # a reader that left shows here, inside main, not at interpreter exit
+        return code
+    others = [flag for flag, dest in (("--scheduler", "scheduler"), ("--snapshot", "snapshot")) if getattr(args, dest, None)]
+    if others:
+        print(f"fgpuctl {args.verb}: --context={context} picks a kubeconfig context; it does not go with {others[0]}", file=sys.stderr)
+        return 2
+    try:
+        with kubecontext.selected(args.kubeconfig or "", context) as kubeconfig:
+            args.kubeconfig = kubeconfig
+            code = int(run(args))
+            sys.stdout.flush()
+            return code
+    except kubecontext.ContextError as exc:
+        print(f"fgpuctl {args.verb}: {exc}", file=sys.stderr)
+        return 2
+
+
+def reader_left() -> int:
+    """Ends quietly once the reader of stdout has gone: no traceback, and no second error when Python
+    flushes stdout at exit (stdout is pointed at /dev/null, the recipe of Python's signal docs)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # stdout is not a file descriptor (a test's capture): nothing is flushed to it at exit
+    return EXIT_READER_LEFT
 
 
 if __name__ == "__main__":

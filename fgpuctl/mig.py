@@ -33,6 +33,7 @@ from typing import Any
 from apis import names
 from apis.mig import mode_request_key
 from apis.mig_mode import status_key
+from fgpuctl import api_errors, kubecontext
 from fgpuctl.cluster_state import GPURow, NodeRow
 
 
@@ -41,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("node", help="the node's name")
     parser.add_argument("gpu", help="the GPU: its index on the node (as fgpuctl inspect shows it) or its UUID")
     parser.add_argument("--kubeconfig", metavar="FILE", default="", help="the cluster (default: in-cluster, then ~/.kube/config)")
+    kubecontext.add_flag(parser)
     parser.add_argument("--dry-run", action="store_true", help="check and print the request, write nothing")
 
 
@@ -146,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             kube.close()
     except Exception as exc:  # reported to the operator as one line, not a traceback
-        print(f"fgpuctl mig: {exc}", file=sys.stderr)
+        print(f"fgpuctl mig: {api_errors.explain(exc)}", file=sys.stderr)
         return 1
     if decision.refused:
         print(f"fgpuctl mig {args.action}: refused: {decision.message}", file=sys.stderr)

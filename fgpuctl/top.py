@@ -27,7 +27,8 @@ from typing import Any
 
 from apis import names
 from apis.allocation import AllocationError, decode_allocation, share_memory_bytes
-from fgpuctl.text_table import render
+from fgpuctl import api_errors, kubecontext
+from fgpuctl.text_table import printable, render
 
 #: The agent's metric names (agent/metrics.py; tests/kubectl_plugin keeps them equal to what it exports).
 POD_MEMORY = names.AGENT_METRIC_POD_GPU_MEMORY_USED
@@ -183,6 +184,7 @@ def document(rows: Sequence[PodGPUUse]) -> dict[str, Any]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", metavar="FILE", default="", help="the cluster (default: in-cluster, then ~/.kube/config)")
+    kubecontext.add_flag(parser)
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", default="", help="only pods of this namespace")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="pods of every namespace (the default)")
@@ -205,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             kube.close()
     except Exception as exc:  # an unreachable or refusing API server: one line, not a traceback
-        print(f"fgpuctl top: {exc}", file=sys.stderr)
+        print(f"fgpuctl top: {api_errors.explain(exc)}", file=sys.stderr)
         return 1
     urls = list(args.metrics_url) or sorted(agent_urls(pods, namespace=args.agent_namespace).values())
     if not urls:
@@ -227,6 +229,15 @@ def run(args: argparse.Namespace) -> int:
         print(dump(document(rows), args.output), end="")
     else:
         print(table(rows, wide=args.output == "wide"), end="")
+    found = {r.pod for r in rows}
+    missing = [name for name in dict.fromkeys(args.pods) if name not in found]
+    if missing:  # as `kubectl top pod a b`: a pod asked for by name and not shown is an error
+        where = f"namespace {args.namespace}" if args.namespace else "any namespace"
+        print(
+            f"fgpuctl top: no GPU pod {', '.join(map(printable, missing))} in {where} (no such pod, it holds no GPU, "
+            "or its node's agent could not be scraped)", file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -18,15 +18,19 @@ import sys
 import threading
 from types import FrameType
 
+from fgpuctl import kubecontext
+
 DEFAULT_LISTEN = "127.0.0.1:9447"
 _TLS_FLAGS = ("--tls-cert", "--tls-key", "--tls-client-ca")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    source = parser.add_mutually_exclusive_group(required=True)
+    source = parser.add_mutually_exclusive_group()
     source.add_argument("--snapshot", metavar="FILE", help="a cluster snapshot file (as fgpuctl defrag-plan reads)")
     source.add_argument("--scheduler", metavar="ADDRESS", help="ask a running fgpu-scheduler (unix:///path.sock or HOST:PORT)")
-    source.add_argument("--kubeconfig", metavar="FILE", help="read Devices, Nodes, pods and budgets from this cluster")
+    source.add_argument("--kubeconfig", metavar="FILE", help="read Devices, Nodes, pods and budgets from this cluster "
+                        "(default, with none of the three: in-cluster, then $KUBECONFIG or ~/.kube/config)")
+    kubecontext.add_flag(parser)
     parser.add_argument("--listen", metavar="HOST:PORT", default=DEFAULT_LISTEN,
                         help=f"where to serve the view (default {DEFAULT_LISTEN}; no host means 127.0.0.1; "
                         "beyond loopback only with mutual TLS)")
@@ -80,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.scheduler:
         collect, source = ui_sources.from_scheduler(args.scheduler), ui_sources.label("scheduler", args.scheduler)
     else:
-        collect, source = ui_sources.from_api(args.kubeconfig), ui_sources.label("kubeconfig", args.kubeconfig)
+        shown = kubecontext.shown(args).removeprefix("--")
+        collect, source = ui_sources.from_api(args.kubeconfig or ""), ui_sources.label(*shown.split("=", 1))
     planner = ui_plan.PlanRunner(shape, budget_s=args.defrag_budget) if args.defrag_interval else None
     state = ui_server.ViewState(collect, interval_s=args.interval, history_s=args.history_hours * 3600, source=source,
                                 planner=planner, plan_interval_s=args.defrag_interval)

@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from fgpuctl import api_errors
 from fgpuctl.cluster_state import ApiState, GPURow, NodeRow, PodShare
 from fgpuctl.ui_model import Gathered, Pending, PendingPod, Planning
 
@@ -100,7 +101,7 @@ def from_api(kubeconfig: str) -> Collect:
         try:
             state, pending = _read_api(kubeconfig)
         except Exception as exc:  # an unreachable or refusing API server: one line, as fgpuctl inspect says it
-            message = str(exc)
+            message = api_errors.explain(exc)
             if not message.startswith(("--kubeconfig", "no --kubeconfig")):  # a kubeconfig that cannot be loaded says so
                 message = f"--kubeconfig={kubeconfig or '(default)'}: {message}"
             raise SourceError(message) from None

@@ -1,6 +1,7 @@
 """`fgpuctl validate`: check Pod manifests and print their normalized GPU requests.
 
-Reads YAML or JSON (several documents separated by `---`, or a `kind: List`)
+Reads YAML or JSON (several documents separated by `---`, or a `kind: List`, or a
+typed list as the API returns one: PodList, DeploymentList, ...)
 from files or stdin and prints one JSON object per pod, one per line:
 
     {"pod": "default/train", "valid": true, "request": {"gpus": 1, "core_percent": 50, ...}}
@@ -66,6 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.files and sys.stdin.isatty():  # else a bare `fgpuctl validate` would wait without a word
+        print("fgpuctl validate: reading manifests from stdin (end with Ctrl-D; -f FILE reads a file)", file=sys.stderr)
     return validate(files=args.files or ["-"], rules_path=args.rules, stdin=sys.stdin, out=sys.stdout, err=sys.stderr)
 
 
@@ -123,19 +126,36 @@ def _manifests(text: str, name: str, err: TextIO) -> Iterator[Manifest]:
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise InputError(f"{name}: not valid YAML or JSON: {exc}") from exc
+        raise InputError(f"{name}: not valid YAML or JSON: {_yaml_problem(exc)}") from exc
     for index, document in enumerate(documents):
         yield from _objects(document, f"{name}: document {index + 1}", err)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """The parser's complaint on one line, with the line and column it points at (its own text spans
+    several lines and quotes "<unicode string>" for the place)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        what = " ".join(part for part in (exc.context, exc.problem) if part)
+        return f"line {mark.line + 1}, column {mark.column + 1}: {' '.join(what.split())}"
+    return " ".join(str(exc).split())
+
+
+def _is_list(kind: object, obj: Mapping[str, Any]) -> bool:
+    """A List, or a typed list as the API returns one (PodList, DeploymentList, ...), or a bare `items`."""
+    if kind is None:
+        return isinstance(obj.get("items"), list)
+    return isinstance(kind, str) and kind.endswith("List") and "items" in obj
 
 
 def _objects(obj: object, where: str, err: TextIO) -> Iterator[Manifest]:
     if not isinstance(obj, Mapping):
         raise InputError(f"{where}: expected a Kubernetes object (a mapping with kind), got {type(obj).__name__}")
     kind = obj.get("kind")
-    if kind == "List" or (kind is None and isinstance(obj.get("items"), list)):
+    if _is_list(kind, obj):
         items = obj.get("items")
         if not isinstance(items, list):
-            raise InputError(f"{where}: a List needs 'items: [...]'")
+            raise InputError(f"{where}: a {_shown(str(kind))} needs 'items: [...]'")
         for index, item in enumerate(items):
             yield from _objects(item, f"{where} items[{index}]", err)
         return
@@ -145,7 +165,8 @@ def _objects(obj: object, where: str, err: TextIO) -> Iterator[Manifest]:
     path = _TEMPLATE_PATHS.get(str(kind))
     template = _dig(obj, path) if path else None
     if not isinstance(template, Mapping):
-        print(f"fgpuctl validate: {where}: skipped {_shown(str(kind))} {_shown(pod_key(obj))}: not a Pod and has no pod template", file=err)
+        what = "an object without kind" if kind is None else _shown(str(kind))
+        print(f"fgpuctl validate: {where}: skipped {what} {_shown(pod_key(obj))}: not a Pod and has no pod template", file=err)
         return
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
     yield Manifest(key=pod_key({"metadata": meta}), kind=str(kind), pod=template)

@@ -26,8 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from apis import config_yaml, hostport
 from apis.grpc_server import AddressError, parse_address
 from runtimeproxy.errors import ConfigError
 from runtimeproxy.hookconfig import parse_duration
@@ -68,7 +67,7 @@ class ProxyConfig:
 _KEYS: dict[str, tuple[str, str]] = {
     "listen": ("listen", "address"),
     "backend": ("backend", "address"),
-    "hookConfigDir": ("hook_config_dir", "str"),
+    "hookConfigDir": ("hook_config_dir", "abspath"),
     "adminListen": ("admin_listen", "address?"),
     "metricsListen": ("metrics_listen", "hostport?"),
     "socketMode": ("socket_mode", "mode"),
@@ -98,10 +97,16 @@ def _convert(key: str, kind: str, value: Any) -> Any:
     if kind == "hostport?":
         if value in ("", None):
             return ""
-        _host, sep, port = str(value).rpartition(":")
-        if not sep or not port.isdigit():
-            raise ConfigError(f"{where}: expected HOST:PORT such as 127.0.0.1:9466, or \"\" to turn metrics off")
-        return str(value)
+        if not isinstance(value, str) or not hostport.is_listen_hostport(value):
+            raise ConfigError(
+                f"{where}: expected HOST:PORT with a port up to 65535, such as 127.0.0.1:9466 ([::1]:9466 for "
+                "IPv6), or \"\" to turn metrics off"
+            )
+        return value
+    if kind == "abspath":
+        if not isinstance(value, str) or not value.startswith("/"):
+            raise ConfigError(f"{where}: expected an absolute directory path, e.g. /etc/fgpu/hooks.d")
+        return value
     if kind == "str":
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string")
@@ -121,10 +126,16 @@ def _convert(key: str, kind: str, value: Any) -> Any:
     if kind == "duration":
         return parse_duration(value, field=key)
     if kind == "mode":
-        try:
-            mode = int(value, 8) if isinstance(value, str) else int(value)
-        except ValueError:
-            raise ConfigError(f"{where}: expected an octal mode such as \"0660\"") from None
+        # A bool is an int and a float truncates (0.5 -> 0): neither is a mode anyone meant.
+        if isinstance(value, str):
+            try:
+                mode = int(value, 8)
+            except ValueError:
+                raise ConfigError(f"{where}: expected an octal mode such as \"0660\"") from None
+        elif isinstance(value, int) and not isinstance(value, bool):
+            mode = value
+        else:
+            raise ConfigError(f"{where}: expected an octal mode such as \"0660\"")
         if not 0 <= mode <= 0o777:
             raise ConfigError(f"{where}: expected an octal mode such as \"0660\"")
         return mode
@@ -155,12 +166,9 @@ def from_mapping(data: Mapping[str, Any], *, base: ProxyConfig | None = None, so
 
 def load_file(path: str) -> ProxyConfig:
     try:
-        with open(path) as f:
-            doc = yaml.safe_load(f)
-    except OSError as exc:
-        raise ConfigError(f"--config={path!r}: cannot read it: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        doc = config_yaml.load_file(path)
+    except config_yaml.YAMLFileError as exc:
+        raise ConfigError(f"--config {exc}") from None
     if doc is None:
         return ProxyConfig()
     if not isinstance(doc, Mapping):

@@ -14,6 +14,9 @@ registration's `timeout`) covers the dial and the call.
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
+import stat
 import time
 from typing import Any
 
@@ -94,7 +97,7 @@ class HookClient:
                 lambda: HookConnection(endpoint=endpoint), path
             )
         except OSError as exc:
-            raise CallFailed(_UNAVAILABLE, f"cannot connect: {exc}") from None
+            raise CallFailed(_UNAVAILABLE, f"cannot connect: {not_listening(path, exc)}") from None
         # one that went away still finishes its own calls, and closes itself after them
         self._connections[endpoint] = connection
         return connection
@@ -107,3 +110,24 @@ class HookClient:
 
     async def close(self) -> None:
         await self.forget_others(set())
+
+
+def not_listening(path: str, exc: OSError) -> str:
+    """Why a dial to `path` failed, in the words an operator needs: is the hook server running at all?
+
+    A refused connect reads the same for a socket left behind by a hook server that died, a
+    regular file and a directory; what is at the path tells them apart (one lstat, on failure only).
+    """
+    down = "the hook server is not running there"
+    if isinstance(exc, FileNotFoundError):
+        return f"no socket at {path}: {down} (or listens elsewhere)"
+    if exc.errno != errno.ECONNREFUSED:
+        return f"{path}: {exc.strerror or exc}"
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return f"nothing listens on {path}: {down}"
+    if stat.S_ISSOCK(mode):
+        return f"nothing listens on {path} (a socket left behind): {down}"
+    kind = "a directory" if stat.S_ISDIR(mode) else "a regular file" if stat.S_ISREG(mode) else "not a socket"
+    return f"{path} is {kind}, not a socket: {down}"

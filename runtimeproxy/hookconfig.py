@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from apis import config_yaml
 from apis.grpc_server import AddressError, parse_address
 from runtimeproxy.errors import ConfigError
 from runtimeproxy.stages import RUNTIME_HOOKS, Stage, Stages
@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 SUFFIXES = (".yaml", ".yml", ".json")
 DEFAULT_TIMEOUT_S = 2.0
+#: A day: far longer than any call or interval should take, far below what a timer accepts.
+MAX_DURATION_S = 86400.0
 
 
 class FailurePolicy(enum.Enum):
@@ -67,18 +69,20 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*$")
 
 
 def parse_duration(value: object, *, field: str) -> float:
-    """Seconds from a number, "500ms" or "2s"."""
-    if isinstance(value, bool):
+    """Seconds from a number, "500ms" or "2s": more than zero, finite, at most a day."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ConfigError(f"{field}={value!r}: expected a duration such as 2s or 500ms")
     if isinstance(value, int | float):
         seconds = float(value)
     else:
-        m = _DURATION.match(str(value))
+        m = _DURATION.match(value)
         if not m:
             raise ConfigError(f"{field}={value!r}: expected a duration such as 2s or 500ms")
         seconds = float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
-    if seconds <= 0:
+    if not seconds > 0 or not math.isfinite(seconds):
         raise ConfigError(f"{field}={value!r}: must be more than zero, e.g. 2s")
+    if seconds > MAX_DURATION_S:
+        raise ConfigError(f"{field}={value!r}: at most a day ({MAX_DURATION_S:g}s); write e.g. 2s")
     return seconds
 
 
@@ -125,11 +129,10 @@ def parse_hook(entry: object, *, where: str, stages: Stages = RUNTIME_HOOKS) -> 
 
 
 def parse_file(path: str, *, stages: Stages = RUNTIME_HOOKS) -> list[HookServer]:
-    with open(path) as f:
-        try:
-            doc: Any = yaml.safe_load(f)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    try:
+        doc: Any = config_yaml.load_file(path)
+    except config_yaml.YAMLFileError as exc:
+        raise ConfigError(str(exc)) from None
     if doc is None:
         return []
     if isinstance(doc, Mapping) and "hooks" in doc:

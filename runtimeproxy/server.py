@@ -141,6 +141,7 @@ class RuntimeProxy:
             self._start_admin(cfg.admin_listen)
         if cfg.metrics_listen:
             host, _, port = cfg.metrics_listen.rpartition(":")
+            host = host.removeprefix("[").removesuffix("]")  # `[::]:9402`: the brackets are not the address
             self._http, _ = start_http_server(int(port), addr=host, registry=self.metrics.registry)
             self.metrics_port = self._http.server_port
         self._refresher = loop.create_task(self._refresh_hooks())

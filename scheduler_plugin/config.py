@@ -56,9 +56,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from apis import names, tls
+from apis import config_yaml, hostport, names, tls
 from apis.tls import TLSFiles
 from scheduler_plugin.core.policies import DEFAULT_POLICY
 
@@ -147,12 +145,9 @@ _LEADER_KEYS: dict[str, str] = {
 def load_file(path: str) -> SchedulerConfig:
     """Reads a YAML config file; an empty file gives the defaults."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except OSError as exc:
-        raise ConfigError(f"--config={path!r}: cannot read it ({exc.strerror}); give an existing YAML file") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--config={path!r}: not valid YAML ({exc}); fix the syntax") from exc
+        data = config_yaml.load_file(path)
+    except config_yaml.YAMLFileError as exc:
+        raise ConfigError(f"--config {exc}") from None
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
@@ -190,8 +185,8 @@ def with_overrides(config: SchedulerConfig, **overrides: Any) -> SchedulerConfig
 
 
 def validate(config: SchedulerConfig) -> None:
-    if config.assume_ttl_s <= 0:
-        raise ConfigError(f"assumeTTLSeconds={config.assume_ttl_s}: must be > 0, e.g. 60")
+    if not 0 < config.assume_ttl_s <= _MAX_SECONDS:  # NaN too
+        raise ConfigError(f"assumeTTLSeconds={config.assume_ttl_s}: must be > 0 and at most {_MAX_SECONDS:g}, e.g. 60")
     if config.state is StateBackend.EMBEDDED and not config.db:
         raise ConfigError("db='': the embedded state backend needs a SQLite file; give --db /var/lib/fgpu/scheduler.db")
     if config.state is StateBackend.EMBEDDED and config.standalone:
@@ -201,9 +196,10 @@ def validate(config: SchedulerConfig) -> None:
         )
     _check_listeners(config)
     le = config.leader_election
-    if not 0 < le.retry_period_s < le.renew_deadline_s < le.lease_duration_s:
+    if not 0 < le.retry_period_s < le.renew_deadline_s < le.lease_duration_s <= _MAX_SECONDS:  # NaN, inf too
         raise ConfigError(
-            "leaderElection: need 0 < retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds, got "
+            "leaderElection: need 0 < retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds "
+            f"<= {_MAX_SECONDS:g}, got "
             f"{le.retry_period_s} / {le.renew_deadline_s} / {le.lease_duration_s}; e.g. 2 / 10 / 15"
         )
     from scheduler_plugin.leader import fencing_problem  # here: leader.py loads the kubernetes client
@@ -249,6 +245,10 @@ def check_policies(config: SchedulerConfig) -> None:
             raise ConfigError(f"{key}={dict(params)!r}: {exc}") from None
 
 
+#: A day: longer than any TTL or lease anyone means; a bigger number (or inf) is a typo, and timers reject it.
+_MAX_SECONDS = 86400.0
+
+
 def _params(raw: Any, *, where: str) -> dict[str, float]:
     if raw is None:
         return {}
@@ -279,6 +279,13 @@ def _check_listeners(config: SchedulerConfig) -> None:
             tls.split_hostport(config.metrics_listen, field="metricsListen (--metrics-listen)", example="0.0.0.0:9445")
     except tls.TLSError as exc:
         raise ConfigError(str(exc)) from None
+    for key, address in (("extenderListen (--extender-listen)", config.extender_listen),
+                         ("metricsListen (--metrics-listen)", config.metrics_listen)):
+        if address and not hostport.is_listen_hostport(address):
+            raise ConfigError(
+                f"{key}={address!r}: expected HOST:PORT with a port up to 65535, e.g. 127.0.0.1:9444 "
+                "(an IPv6 host in brackets: [::1]:9444)"
+            )
 
 
 def _tls(raw: Any, *, where: str) -> TLSFiles:

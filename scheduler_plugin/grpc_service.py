@@ -14,7 +14,12 @@ What a caller can get, and from whom (docs/scheduler.md, "Who may call"):
   ReportDevices is refused, since a node's GPUs come only from its Device
   object, which only its own agent may write.
 - The listener is a unix socket or loopback, or else mutual TLS
-  (`grpcTLS`): a client certificate signed by the configured CA.
+  (`grpcTLS`): a client certificate signed by the configured CA. Over TLS a
+  report is taken only for the node the client's certificate names (its
+  common name or a DNS name, `<node>` or kubelet's `system:node:<node>`): one
+  node's key must not set another node's GPUs. A node's certificate
+  (`system:node:<node>`) reports and reads; Reserve, Bind and Unreserve are
+  refused to it, since they sign (or free) allocations of any pod on any node.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 import grpc
 
-from apis import grpc_server, tls
+from apis import grpc_server, names, tls
 from apis.allocation import Allocation
 from apis.devices import NodeDevices, from_proto, to_proto
 from apis.fgpu.v1 import scheduler_pb2, scheduler_pb2_grpc
@@ -82,12 +87,29 @@ def _gpus(allocation: Allocation) -> list[scheduler_pb2.GPUAllocation]:
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
-    def __init__(self, service: SchedulingService, *, pods_from_api: bool, accept_reports: bool) -> None:
+    def __init__(
+        self, service: SchedulingService, *, pods_from_api: bool, accept_reports: bool, reports_by_certificate: bool = False
+    ) -> None:
         """`pods_from_api`: Reserve/Bind read the pod from the API (kubernetes backend);
-        `accept_reports`: ReportDevices sets a node's GPUs (embedded backend only)."""
+        `accept_reports`: ReportDevices sets a node's GPUs (embedded backend only);
+        `reports_by_certificate` (mutual TLS): a report is for the node the client's certificate names,
+        and a node's certificate may not reserve, bind or unreserve."""
         self._service = service
         self._pods_from_api = pods_from_api
         self._accept_reports = accept_reports
+        self._reports_by_certificate = reports_by_certificate
+
+    def _refuse_nodes(self, context: grpc.ServicerContext, verb: str) -> None:
+        """Over mutual TLS, a node's certificate may not take the verbs that sign or free allocations."""
+        if not self._reports_by_certificate:
+            return
+        nodes = [n for n in certificate_names(context) if n.startswith(names.NODE_IDENTITY_PREFIX)]
+        if nodes:
+            raise Refused(
+                f"{verb}: refused to {nodes[0]!r}, a node's certificate: nodes report their GPUs and read the state, "
+                "and only the scheduling side (kube-scheduler's extender, fgpuctl with an operator's certificate) "
+                "reserves and binds"
+            )
 
     def _pod_to_place(self, message: scheduler_pb2.Pod) -> dict[str, Any]:
         """The pod that Reserve/Bind choose and sign GPUs for."""
@@ -119,6 +141,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         return scheduler_pb2.ScoreResponse(scores=[scheduler_pb2.NodeScore(node_name=n, score=s) for n, s in scores])
 
     def Reserve(self, request: scheduler_pb2.ReserveRequest, context: grpc.ServicerContext) -> scheduler_pb2.ReserveResponse:
+        self._refuse_nodes(context, "Reserve")
         _require(request.node_name, "node_name")
         signed = self._service.reserve(self._pod_to_place(request.pod), request.node_name)
         return scheduler_pb2.ReserveResponse(allocation=allocation_to_proto(signed))
@@ -126,10 +149,12 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def Unreserve(
         self, request: scheduler_pb2.UnreserveRequest, context: grpc.ServicerContext
     ) -> scheduler_pb2.UnreserveResponse:
+        self._refuse_nodes(context, "Unreserve")
         self._service.unreserve(pod_from_proto(request.pod))
         return scheduler_pb2.UnreserveResponse()
 
     def Bind(self, request: scheduler_pb2.BindRequest, context: grpc.ServicerContext) -> scheduler_pb2.BindResponse:
+        self._refuse_nodes(context, "Bind")
         _require(request.node_name, "node_name")
         signed = self._service.bind(self._pod_to_place(request.pod), request.node_name)
         return scheduler_pb2.BindResponse(allocation=allocation_to_proto(signed))
@@ -144,6 +169,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 "from the agent, or run the scheduler with --state embedded"
             )
         _require(request.report.node_name, "report.node_name")
+        if self._reports_by_certificate:
+            check_reporter(certificate_names(context), request.report.node_name)
         orphans = self._service.report_devices(from_proto(request.report))
         return scheduler_pb2.ReportDevicesResponse(orphaned_allocations=orphans)
 
@@ -180,6 +207,28 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 )
             )
         return scheduler_pb2.GetNodeStateResponse(nodes=out)
+
+
+def certificate_names(context: grpc.ServicerContext) -> tuple[str, ...]:
+    """The names the client's verified certificate carries: its common name and subject alternative names."""
+    auth = context.auth_context()
+    found: list[str] = []
+    for key in ("x509_common_name", "x509_subject_alternative_name"):
+        for raw in auth.get(key, ()):
+            found.append(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw))
+    return tuple(found)
+
+
+def check_reporter(cert_names: tuple[str, ...], node: str) -> None:
+    """Refuses a report unless the certificate names `node` (as `<node>` or `system:node:<node>`)."""
+    if node in cert_names or f"{names.NODE_IDENTITY_PREFIX}{node}" in cert_names:
+        return
+    who = ", ".join(repr(n) for n in cert_names) or "no name"
+    raise Refused(
+        f"ReportDevices: report.node_name={node!r}, but the client's certificate names {who}; a node reports only "
+        f"its own GPUs: give each agent a certificate whose common name (or a DNS name) is "
+        f"{names.NODE_IDENTITY_PREFIX}{node} or {node}"
+    )
 
 
 def _require(value: str, field: str) -> None:
@@ -238,7 +287,9 @@ class GrpcServer:
             interceptors=[ErrorInterceptor()],
             options=list(grpc_server.CHANNEL_OPTIONS),
         )
-        servicer = SchedulerServicer(service, pods_from_api=pods_from_api, accept_reports=accept_reports)
+        servicer = SchedulerServicer(
+            service, pods_from_api=pods_from_api, accept_reports=accept_reports, reports_by_certificate=tls_files.enabled
+        )
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, self._server)  # type: ignore[no-untyped-call]
         self.health = grpc_server.add_health_and_reflection(self._server, [SERVICE_NAME])
         self.address = grpc_server.parse_address(address, field=field)

@@ -20,12 +20,12 @@ the key, the value and what to write instead.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
+from apis import config_yaml
 from webhook.errors import ConfigError
 from webhook.scope import LabelSelector, Operator, Requirement, Scope
 
@@ -38,21 +38,17 @@ class WebhookConfig:
 
 def load(path: str) -> WebhookConfig:
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise ConfigError(f"--config {path!r}: cannot read ({exc.strerror}); give an existing YAML file") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        data = config_yaml.load_file(path)
+    except config_yaml.YAMLFileError as exc:
+        raise ConfigError(f"--config {exc}") from None
     return from_mapping({} if data is None else data, origin=path)
 
 
 def from_mapping(data: object, *, origin: str = "<config>") -> WebhookConfig:
     top = _map(data, origin, "the file")
     _only(top, {"translationRules", "schedulerInjection"}, origin, "")
-    rules = top.get("translationRules") or ""
+    rules = top.get("translationRules")
+    rules = "" if rules is None else rules  # `translationRules:` with no value: the built-in rules
     if not isinstance(rules, str):
         raise ConfigError(f"{origin}: translationRules: {rules!r} must be a file path, or empty for the built-in rules")
     return WebhookConfig(translation_rules=rules, scope=_scope(top.get("schedulerInjection"), origin))
@@ -67,8 +63,8 @@ def _scope(raw: object, origin: str) -> Scope:
         raise ConfigError(f"{origin}: {where}.enabled: {enabled!r} must be true or false")
     return Scope(
         enabled=enabled,
-        namespaces=_names(data.get("namespaces"), origin, f"{where}.namespaces"),
-        exclude_namespaces=_names(data.get("excludeNamespaces"), origin, f"{where}.excludeNamespaces"),
+        namespaces=_names(data.get("namespaces"), origin, f"{where}.namespaces", namespaces=True),
+        exclude_namespaces=_names(data.get("excludeNamespaces"), origin, f"{where}.excludeNamespaces", namespaces=True),
         pod_selector=_selector(data.get("podSelector"), origin, f"{where}.podSelector"),
     )
 
@@ -106,12 +102,23 @@ def _selector(raw: object, origin: str, where: str) -> LabelSelector:
     return LabelSelector(requirements=tuple(requirements))
 
 
-def _names(raw: object, origin: str, where: str) -> frozenset[str]:
+def _names(raw: object, origin: str, where: str, *, namespaces: bool = False) -> frozenset[str]:
     if raw is None:
         return frozenset()
     if not isinstance(raw, list) or not all(isinstance(v, str) and v for v in raw):
         raise ConfigError(f"{origin}: {where}: {raw!r} must be a list of names, e.g. [ml, serving]")
+    if namespaces:
+        for name in raw:
+            # A name no namespace can have matches nothing, silently; say so instead.
+            if len(name) > 63 or not _NAMESPACE.match(name):
+                raise ConfigError(
+                    f"{origin}: {where}: {name!r} is not a namespace name (lowercase letters, digits and '-', "
+                    "at most 63); write it as `kubectl get namespaces` shows it"
+                )
     return frozenset(raw)
+
+
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def _map(raw: object, origin: str, where: str) -> Mapping[str, Any]:

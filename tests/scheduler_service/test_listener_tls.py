@@ -165,13 +165,14 @@ def test_the_agent_reports_its_devices_over_mutual_tls(grpc_tls_app: SchedulerAp
     address = f"localhost:{grpc_port(grpc_tls_app)}"
     reporter = SchedulerReporter(address, tls_files=pki.client_files())
     try:
-        assert reporter.report(gpu_node("n1", gpus=2), (), force=True)
+        # The certificate names the node it reports (CN fgpu-client): a node reports only its own GPUs.
+        assert reporter.report(gpu_node("fgpu-client", gpus=2), (), force=True)
     finally:
         reporter.close()
 
     channel = tls.grpc_channel(address, pki.client_files(), field="test")
     try:
-        assert [n.node_name for n in node_state(channel).nodes] == ["n1"]
+        assert [n.node_name for n in node_state(channel).nodes] == ["fgpu-client"]
     finally:
         channel.close()
 

@@ -82,7 +82,7 @@ def test_the_command_serves_https_reloads_rules_and_stops_on_sigterm(tmp_path: P
          "cannot read --tls-cert-file '/nonexistent.crt'"),
         (["--listen", "nowhere", "--tls-cert-file", "a", "--tls-private-key-file", "b"], "--listen='nowhere': expected HOST:PORT"),
         (["--config", "/nonexistent.yaml", "--tls-cert-file", "a", "--tls-private-key-file", "b"],
-         "--config '/nonexistent.yaml': cannot read"),
+         "--config /nonexistent.yaml: cannot read it"),
     ],
 )
 def test_unusable_flags_exit_2_naming_the_flag(args: list[str], message: str) -> None:
