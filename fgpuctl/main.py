@@ -30,8 +30,19 @@ VERBS: dict[str, tuple[str, str]] = {
 }
 
 
+def _version() -> str:
+    """The installed fgpu package's version (what a bug report should name)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fgpu")
+    except PackageNotFoundError:
+        return "unknown (not installed; run from a source tree)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fgpuctl", description="Operate fgpu: fine-grained GPU sharing for Kubernetes.")
+    parser.add_argument("--version", action="version", version=f"fgpuctl {_version()}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for verb, (module_name, help_text) in VERBS.items():
         try:

@@ -9,4 +9,4 @@ echo "== verify generated protobuf code"; hack/verify-proto.sh
 echo "== ruff"; ruff check .
 echo "== mypy"; mypy apis runtimeproxy agent scheduler_plugin fgpuctl webhook && mypy --explicit-package-bases hack/localup
 echo "== import layering"; lint-imports
-echo "== pytest"; python -m pytest -q "$@"
+echo "== pytest"; python -m pytest -q --durations=15 "$@"

@@ -306,3 +306,12 @@ def test_validate_on_a_terminal_says_it_reads_stdin(capsys: pytest.CaptureFixtur
     monkeypatch.setattr(sys, "stdin", Terminal(""))
     code, _, err = run(capsys, "validate")
     assert code == 2 and err.startswith("fgpuctl validate: reading manifests from stdin (end with Ctrl-D")
+
+
+def test_version_prints_the_installed_packages_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_info:
+        fgpuctl(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fgpuctl {version('fgpu')}"
