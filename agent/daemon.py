@@ -60,6 +60,7 @@ from agent.reclaim_service import NoReclaim, ReclaimService
 from agent.reclaim_settings import SettingsFile
 from agent.resync_loop import ReportLoop
 from agent.schedclient import SchedulerReporter
+from apis import hostport
 from apis.devices import NodeDevices
 from apis.keyfiles import VerifyingKeyFiles
 from apis.metrics_server import MetricsServer
@@ -254,11 +255,10 @@ class Agent:
         if self.no_reclaim is not None:
             self.no_reclaim.start()
         if self.config.metrics_listen:
-            host, _, port = self.config.metrics_listen.rpartition(":")
-            host = host.removeprefix("[").removesuffix("]")  # `[::]:9400`: the brackets are not the address
+            host, port = hostport.split(self.config.metrics_listen)
             # Not prometheus_client's server: on hostNetwork every pod reaches this port, and that one
             # gives each connection a thread with no read deadline (apis/metrics_server.py).
-            self._metrics_server = MetricsServer(self.metrics.registry, host=host, port=int(port), name="fgpu-agent-metrics")
+            self._metrics_server = MetricsServer(self.metrics.registry, host=host, port=port, name="fgpu-agent-metrics")
             self._metrics_server.start()
             log.info("metrics on http://%s:%d/metrics", host or "0.0.0.0", self._metrics_server.port)
         log.info("fgpu agent started on node %s", self.node_name)

@@ -101,10 +101,9 @@ def load_file(path: str) -> Any:
 
 def load_bytes(data: bytes, *, origin: str) -> Any:
     """The document in a file's bytes; YAMLFileError naming `origin` when they cannot be used."""
-    path = origin
     if len(data) > MAX_FILE_BYTES:
         raise YAMLFileError(
-            f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB, far more than any settings file; "
+            f"{origin}: larger than {MAX_FILE_BYTES // 1024} KiB, far more than any settings file; "
             "check that the path names the intended file"
         )
     try:
@@ -112,9 +111,9 @@ def load_bytes(data: bytes, *, origin: str) -> Any:
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise YAMLFileError(
-            f"{path}: line {line}: byte 0x{data[exc.start]:02x} is not UTF-8; save the file as UTF-8"
+            f"{origin}: line {line}: byte 0x{data[exc.start]:02x} is not UTF-8; save the file as UTF-8"
         ) from None
-    return load_text(text.removeprefix("\ufeff"), origin=path)
+    return load_text(text.removeprefix("\ufeff"), origin=origin)
 
 
 def _check_expansion(root: yaml.Node, origin: str) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from apis import grpc_server
+from apis import grpc_server, hostport
 
 
 class TLSError(ValueError):
@@ -80,10 +80,10 @@ def is_loopback_host(host: str) -> bool:
 
 def split_hostport(address: str, *, field: str, example: str) -> tuple[str, int]:
     """(host, port) of `HOST:PORT` or `[V6]:PORT`; the host may be empty."""
-    host, sep, port = address.rpartition(":")
+    _host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
         raise TLSError(f"{field}={address!r}: expected HOST:PORT, e.g. {example}")
-    return host.strip("[]"), int(port)
+    return hostport.split(address)
 
 
 def check_listener(address: str, files: TLSFiles, *, field: str, tls_key: str) -> None:

@@ -37,8 +37,6 @@ PLUGIN_VERBS = ("inspect", "validate", "defrag-plan", "top")
 #: Per verb, how it is asked for its JSON (None: it prints JSON already).
 _JSON_FLAG: dict[str, list[str] | None] = {"inspect": ["-o", "json"], "defrag-plan": ["--json"], "validate": None, "top": ["-o", "json"]}
 _READS_API = ("inspect", "defrag-plan", "top")
-#: kubectl's merge of kubeconfig files (kept here by name for the plugin's callers).
-merged_kubeconfig = kubecontext.merged_kubeconfig
 
 
 def _parser() -> argparse.ArgumentParser:

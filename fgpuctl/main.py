@@ -76,19 +76,17 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help(sys.stderr)
         return 2
     context = getattr(args, "context", "")
-    if not context:
-        code = int(run(args))
-        sys.stdout.flush()  # a reader that left shows here, inside main, not at interpreter exit
-        return code
     others = [flag for flag, dest in (("--scheduler", "scheduler"), ("--snapshot", "snapshot")) if getattr(args, dest, None)]
-    if others:
+    if context and others:
         print(f"fgpuctl {args.verb}: --context={context} picks a kubeconfig context; it does not go with {others[0]}", file=sys.stderr)
         return 2
     try:
-        with kubecontext.selected(args.kubeconfig or "", context) as kubeconfig:
-            args.kubeconfig = kubeconfig
+        # Without a context this is the kubeconfig as given; with one, a private copy with it current.
+        with kubecontext.selected(getattr(args, "kubeconfig", "") or "", context) as kubeconfig:
+            if context:
+                args.kubeconfig = kubeconfig
             code = int(run(args))
-            sys.stdout.flush()
+            sys.stdout.flush()  # a reader that left shows here, inside main, not at interpreter exit
             return code
     except kubecontext.ContextError as exc:
         print(f"fgpuctl {args.verb}: {exc}", file=sys.stderr)

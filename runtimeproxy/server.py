@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry, start_http_server
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from apis import grpc_server, names
+from apis import grpc_server, hostport, names
 from runtimeproxy import cri_calls
 from runtimeproxy.backend_health import BackendHealth
 from runtimeproxy.call_specs import CallSpecs
@@ -46,8 +46,8 @@ def make_connector(config: ProxyConfig) -> Dialer:
                 transport, _ = await loop.create_unix_connection(factory, addr.unix_path)
             else:
                 assert addr.hostport is not None
-                host, _, port = addr.hostport.rpartition(":")
-                transport, _ = await loop.create_connection(factory, host, int(port))
+                host, port = hostport.split(addr.hostport)
+                transport, _ = await loop.create_connection(factory, host, port)
         return transport
 
     return connect
@@ -135,14 +135,13 @@ class RuntimeProxy:
             self._socket_id = (st.st_dev, st.st_ino)
         else:
             assert addr.hostport is not None
-            host, _, port = addr.hostport.rpartition(":")
-            self._server = await loop.create_server(self.relay.protocol, host, int(port))
+            host, port = hostport.split(addr.hostport)
+            self._server = await loop.create_server(self.relay.protocol, host, port)
         if cfg.admin_listen:
             self._start_admin(cfg.admin_listen)
         if cfg.metrics_listen:
-            host, _, port = cfg.metrics_listen.rpartition(":")
-            host = host.removeprefix("[").removesuffix("]")  # `[::]:9402`: the brackets are not the address
-            self._http, _ = start_http_server(int(port), addr=host, registry=self.metrics.registry)
+            host, port = hostport.split(cfg.metrics_listen)
+            self._http, _ = start_http_server(port, addr=host, registry=self.metrics.registry)
             self.metrics_port = self._http.server_port
         self._refresher = loop.create_task(self._refresh_hooks())
         event(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fgpuctl import kubectl_plugin
+from fgpuctl import kubecontext, kubectl_plugin
 from fgpuctl.main import main as fgpuctl
 from tests.kubeapi.server import KubeAPIServer
 from tests.kubectl_plugin import cluster
@@ -132,7 +132,7 @@ def test_merged_kubeconfigs_resolve_relative_paths_and_let_the_first_file_win(tm
         "contexts": [{"name": "y", "context": {"cluster": "d"}}],
         "current-context": "y",
     }))
-    merged = kubectl_plugin.merged_kubeconfig([first, second])
+    merged = kubecontext.merged_kubeconfig([first, second])
     assert merged["clusters"] == [
         {"name": "c", "cluster": {"server": "https://a", "certificate-authority": str(tmp_path / "a/ca.crt")}},
         {"name": "d", "cluster": {"server": "https://d"}},
