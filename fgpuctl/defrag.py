@@ -1,7 +1,7 @@
 """`fgpuctl defrag-plan`: propose pod moves that let more pods of a pending shape fit. Evicts nothing.
 
     fgpuctl defrag-plan --snapshot SNAPSHOT.json --gpus 8 [--gpu-milli 1000] [--cpu 8000] [--memory-mib 0]
-                        [--model G2 ...] [--max-moves 10] [--policy fgpu] [--json]
+                        [--model G2 ...] [--max-moves 10] [--policy fgpu] [-o text|json|yaml]
     fgpuctl defrag-plan --nodes NODES.csv --pods PODS.csv --seed 42 --arrived 100 --gpus 1 ...
     fgpuctl defrag-plan --kubeconfig FILE --gpus 1 ...        # a live cluster, from the API
     fgpuctl defrag-plan --scheduler ADDRESS --gpus 1 ...      # a live cluster, from the scheduler
@@ -16,6 +16,9 @@ respects the budgets and the move budget, shows fragmentation and free whole GPU
 moves the scheduler core itself would place (GPU model, CPU/memory, the moved pod's node selector
 and required node affinity against the node labels). A node short of CPU or memory for the
 pending shape is cleared too, CPU-only pods included.
+
+Exit status: 0 with a plan (also an empty one), 1 when the live cluster could not be read (as
+`inspect`, `top` and `mig` exit), 2 for a wrong flag or an unreadable input file.
 """
 
 from __future__ import annotations
@@ -60,12 +63,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shape.add_argument("--model", action="append", default=[], help="allowed GPU model (repeatable; default any)")
     parser.add_argument("--max-moves", type=int, default=10, help="most pods to move (default 10)")
     parser.add_argument("--policy", default="fgpu", help="policy that places the moved pods (default fgpu)")
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "-o", "--output", choices=["text", "json", "yaml"], default="text",
+        help="text (default), or the plan as one JSON or YAML document",
+    )
+    parser.add_argument("--json", action="store_true", help="the same as -o json")
 
 
-def _fail(message: str) -> int:
+#: A flag or input file that is wrong (argparse's own status for usage errors).
+EXIT_USAGE = 2
+#: The cluster could not be read (API or scheduler down or refusing), as inspect, top and mig exit.
+EXIT_UNAVAILABLE = 1
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
     print(f"fgpuctl defrag-plan: {message}", file=sys.stderr)
-    return 2
+    return code
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     )
     from scheduler_plugin.sim.trace import TraceError, TracePod, read_nodes, read_pods
 
+    if args.json and args.output not in ("text", "json"):
+        return _fail(f"--json and -o {args.output}: give one output format")
     for policy in (args.policy, args.replay_policy):
         if policy not in policy_names():
             return _fail(f"unknown policy {policy}; choose from {', '.join(policy_names())}")
@@ -97,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         if args.kubeconfig or args.scheduler:
             live = _live(args)
             if isinstance(live, str):
-                return _fail(live)
+                return _fail(live, EXIT_UNAVAILABLE)
             snapshot, notes = live.snapshot, live.notes
         elif args.snapshot:
             snapshot = load_snapshot(args.snapshot)
@@ -130,10 +145,14 @@ def run(args: argparse.Namespace) -> int:
         gpu_spec=tuple(sorted(set(args.model))),
     )
     plan = plan_defrag(snapshot, pending=pending, max_moves=args.max_moves, policy=args.policy)
-    if args.json:
-        print(
-            json.dumps(plan_document(pending, plan, notes))
-        )
+    output = "json" if args.json else args.output
+    if output == "json":
+        print(json.dumps(plan_document(pending, plan, notes)))
+        return 0
+    if output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(plan_document(pending, plan, notes), sort_keys=False, default_flow_style=False), end="")
         return 0
     for note in notes:
         print(f"note: {note}")
@@ -157,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     for line in plan.skipped[:5]:
         print(f"skipped {line}")
     if len(plan.skipped) > 5:
-        print(f"skipped {len(plan.skipped) - 5} more node(s) (all of them in --json)")
+        print(f"skipped {len(plan.skipped) - 5} more node(s) (all of them in -o json)")
     return 0
 
 

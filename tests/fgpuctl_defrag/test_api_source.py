@@ -131,3 +131,30 @@ def test_without_budgets_the_snapshot_written_holds_the_live_pods_and_nodes(
     pods = {p["name"]: (p["node"], p["gpus"], p["gpu_milli"], p["cpu_milli"]) for p in written["pods"]}
     assert pods == {"default/web-0": ("n1", [0], 300, 2000), "default/db-0": ("n2", [0], 300, 2000), "default/batch": ("n3", [], 0, 60000)}
     assert written["budgets"] == []
+
+
+def test_output_yaml_is_the_json_plan_and_a_second_format_is_refused(
+    kube_api: KubeAPIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    seed(kube_api)
+    as_json = plan(kube_api, capsys)
+    argv = ["defrag-plan", "--kubeconfig", kube_api.kubeconfig_path, "--gpus", "1", "--cpu", "8000"]
+
+    assert fgpuctl([*argv, "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == as_json
+    assert fgpuctl([*argv, "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == as_json
+
+    assert fgpuctl([*argv, "--json", "-o", "yaml"]) == 2
+    assert "--json and -o yaml: give one output format" in capsys.readouterr().err
+
+
+def test_an_api_that_refuses_exits_1_as_inspect_does(kube_api: KubeAPIServer, capsys: pytest.CaptureFixture[str]) -> None:
+    # No Device CRD installed: the list is a 404, which the operator fixes by installing fgpu.
+    code = fgpuctl(["defrag-plan", "--kubeconfig", kube_api.kubeconfig_path, "--gpus", "1"])
+
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "is fgpu's Device CRD installed?" in err
