@@ -54,8 +54,9 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from apis import http1
 
@@ -63,6 +64,20 @@ log = logging.getLogger(__name__)
 
 #: (method, path, body) -> (status, content type, body)
 Handler = Callable[[str, str, bytes], tuple[int, str, bytes]]
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Who sent a request, for a handler that decides by it (`BoundedHTTPServer(peer_handler=...)`)."""
+
+    address: str
+    #: the verified client certificate's names (common names, then subject alternative names);
+    #: () without TLS or when the client sent no certificate
+    cert_names: tuple[str, ...] = ()
+
+
+#: (method, path, body, peer) -> (status, content type, body)
+PeerHandler = Callable[[str, str, bytes, Peer], tuple[int, str, bytes]]
 #: (method, path) -> the answer, or None to give the request to a worker. Runs on the loop thread:
 #: it must be quick and never block (no lock that a handler may hold, no I/O).
 InlineHandler = Callable[[str, str], tuple[int, str, bytes] | None]
@@ -125,6 +140,7 @@ class _Request:
     path: str
     body: bytes
     keep_alive: bool
+    peer: Peer | None = None
 
 
 class _Reject(Exception):
@@ -140,7 +156,7 @@ class BoundedHTTPServer:
 
     def __init__(
         self,
-        handler: Handler,
+        handler: Handler | None,
         *,
         host: str,
         port: int,
@@ -149,8 +165,13 @@ class BoundedHTTPServer:
         ssl_context: ssl.SSLContext | None = None,
         clock: Callable[[], float] = time.monotonic,
         inline: InlineHandler | None = None,
+        peer_handler: PeerHandler | None = None,
     ) -> None:
+        """`peer_handler` in place of `handler`: the handler also learns who sent each request (`Peer`)."""
+        if (handler is None) == (peer_handler is None):
+            raise ValueError(f"{name}: give one of handler and peer_handler")
         self._handler = handler
+        self._peer_handler = peer_handler
         self._inline = inline
         self._limits = limits
         self._ssl = ssl_context
@@ -412,7 +433,9 @@ class BoundedHTTPServer:
         del conn.buf[:total]
         conn.continued = False
         # The whole target, query included, as this server has always routed on it.
-        return _Request(method=head.method, path=head.target, body=body, keep_alive=head.keep_alive)
+        # The certificate is read here, on the loop thread, which owns the socket.
+        peer = Peer(conn.peer, cert_names(conn.sock)) if self._peer_handler is not None else None
+        return _Request(method=head.method, path=head.target, body=body, keep_alive=head.keep_alive, peer=peer)
 
     def _reject(self, conn: _Conn, status: int, message: str) -> None:
         log.debug("%s: %s to %s: %s", self._name, status, conn.peer, message)
@@ -540,7 +563,11 @@ class BoundedHTTPServer:
     def _serve(self, request: _Request) -> tuple[bytes, bool]:
         """Runs the handler: (the response, whether the connection stays open after it)."""
         try:
-            status, content_type, body = self._handler(request.method, request.path, request.body)
+            if self._peer_handler is not None and request.peer is not None:
+                status, content_type, body = self._peer_handler(request.method, request.path, request.body, request.peer)
+            else:
+                assert self._handler is not None
+                status, content_type, body = self._handler(request.method, request.path, request.body)
         except Exception:
             log.exception("%s: %s %s failed", self._name, request.method, request.path)
             status, content_type, body = 500, "text/plain", f"internal error; see {self._name}'s log".encode()
@@ -572,6 +599,23 @@ class ServesHTTP:
 
     def stop(self, grace: float | None = None) -> None:
         self._http.stop(grace)
+
+
+def cert_names(sock: socket.socket) -> tuple[str, ...]:
+    """The names of the verified certificate the peer of `sock` presented: common names, then subject
+    alternative names (DNS, IP, URI, email); () without TLS or certificate."""
+    if not isinstance(sock, ssl.SSLSocket):
+        return ()
+    return peercert_names(sock.getpeercert() or {})
+
+
+def peercert_names(cert: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names in a certificate as `ssl.SSLSocket.getpeercert()` gives it (see `cert_names`)."""
+    found: list[str] = []
+    for rdn in cert.get("subject", ()):
+        found.extend(str(value) for key, value in rdn if key == "commonName")
+    found.extend(value for _kind, value in cert.get("subjectAltName", ()) if isinstance(value, str))
+    return tuple(found)
 
 
 def _response(status: int, content_type: str, body: bytes, *, keep_alive: bool) -> bytes:

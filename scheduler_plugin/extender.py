@@ -20,7 +20,10 @@ gets an HTTP error status.
 
 Who may call: the listener is loopback by default (kube-scheduler runs beside
 us in the same pod); beyond loopback it requires mutual TLS, kube-scheduler
-presenting the client certificate of its extender `tlsConfig`. And bind
+presenting the client certificate of its extender `tlsConfig`, and a node's
+identity (caller_roles: `system:node:*`, or a node we know) is refused every
+verb with 403: the protocol is kube-scheduler's, bind signs GPUs for any pod,
+and with the embedded backend the pod filter carries is the pod bind signs. And bind
 trusts no pod the caller sent: with the kubernetes backend the pod is read
 from the API by name and must have the UID kube-scheduler names, so the GPUs
 are chosen and signed for the pod as it really is.
@@ -36,9 +39,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from apis import names, tls
-from apis.httpserver import BoundedHTTPServer, Limits, ServesHTTP
+from apis.httpserver import BoundedHTTPServer, Limits, Peer, ServesHTTP
 from apis.request import RequestError
-from scheduler_plugin import errors, pods, probes, trusted_pod
+from scheduler_plugin import caller_roles, errors, pods, probes, trusted_pod
 from scheduler_plugin.errors import InvalidRequest
 from scheduler_plugin.scheduling import SchedulingService
 
@@ -285,8 +288,10 @@ class ExtenderServer(ServesHTTP):
             raise InvalidRequest(str(exc)) from None
         self.extender = Extender(service, pods_from_api=pods_from_api)
         self._service = service
+        self._mutual_tls = tls_files.enabled
         self._http = BoundedHTTPServer(
-            self.handle,
+            None,
+            peer_handler=self.handle,
             host=host,
             port=port,
             name="fgpu-extender",
@@ -295,8 +300,8 @@ class ExtenderServer(ServesHTTP):
             inline=lambda method, path: probes.quick_answer(service, method, path),  # probes never wait for a worker
         )
 
-    def handle(self, method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
-        """(status, content type, body) for one request."""
+    def handle(self, method: str, path: str, body: bytes, peer: Peer) -> tuple[int, str, bytes]:
+        """(status, content type, body) for one request from `peer`."""
         probe = probes.answer(self._service, method, path)
         if probe is not None:
             return probe
@@ -306,6 +311,7 @@ class ExtenderServer(ServesHTTP):
         if method != "POST":
             return 405, "text/plain", f"{verb}: use POST".encode()
         try:
+            self._check_caller(verb, peer)
             try:
                 args = json.loads(body or b"null")
             except ValueError as exc:
@@ -316,3 +322,14 @@ class ExtenderServer(ServesHTTP):
         except errors.ServiceError as exc:
             return errors.http_status(exc), "text/plain", errors.describe(exc).encode()
         return 200, "application/json", json.dumps(result, separators=(",", ":")).encode()
+
+    def _check_caller(self, verb: str, peer: Peer) -> None:
+        """Over mutual TLS, the caller-role rule (caller_roles): no node's identity calls a verb."""
+        if not self._mutual_tls:
+            return  # loopback: kube-scheduler in our own Pod
+        caller_roles.check(
+            cert_names=peer.cert_names,
+            verb=caller_roles.Verb.SCHEDULE,
+            call=f"extender {verb}",
+            known_among=lambda wanted: [v.name for v in self._service.node_views(wanted)],
+        )

@@ -14,12 +14,10 @@ What a caller can get, and from whom (docs/scheduler.md, "Who may call"):
   ReportDevices is refused, since a node's GPUs come only from its Device
   object, which only its own agent may write.
 - The listener is a unix socket or loopback, or else mutual TLS
-  (`grpcTLS`): a client certificate signed by the configured CA. Over TLS a
-  report is taken only for the node the client's certificate names (its
-  common name or a DNS name, `<node>` or kubelet's `system:node:<node>`): one
-  node's key must not set another node's GPUs. A node's certificate
-  (`system:node:<node>`) reports and reads; Reserve, Bind and Unreserve are
-  refused to it, since they sign (or free) allocations of any pod on any node.
+  (`grpcTLS`): a client certificate signed by the configured CA. Over TLS the
+  certificate's names decide what it may call (`caller_roles`, shared with
+  the extender): a report only for the node it names, and Reserve, Bind and
+  Unreserve never by a node's identity.
 """
 
 from __future__ import annotations
@@ -32,11 +30,11 @@ from typing import Any
 
 import grpc
 
-from apis import grpc_server, names, tls
+from apis import grpc_server, tls
 from apis.allocation import Allocation
 from apis.devices import NodeDevices, from_proto, to_proto
 from apis.fgpu.v1 import scheduler_pb2, scheduler_pb2_grpc
-from scheduler_plugin import errors, pods, trusted_pod
+from scheduler_plugin import caller_roles, errors, pods, trusted_pod
 from scheduler_plugin.errors import InvalidRequest, Refused
 from scheduler_plugin.scheduling import SchedulingService, SignedAllocation
 
@@ -92,24 +90,24 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     ) -> None:
         """`pods_from_api`: Reserve/Bind read the pod from the API (kubernetes backend);
         `accept_reports`: ReportDevices sets a node's GPUs (embedded backend only);
-        `reports_by_certificate` (mutual TLS): a report is for the node the client's certificate names,
-        and a node's certificate may not reserve, bind or unreserve."""
+        `reports_by_certificate` (mutual TLS): the client certificate's names decide what it may call
+        (caller_roles)."""
         self._service = service
         self._pods_from_api = pods_from_api
         self._accept_reports = accept_reports
         self._reports_by_certificate = reports_by_certificate
 
-    def _refuse_nodes(self, context: grpc.ServicerContext, verb: str) -> None:
-        """Over mutual TLS, a node's certificate may not take the verbs that sign or free allocations."""
+    def _check(self, context: grpc.ServicerContext, verb: caller_roles.Verb, call: str, *, node: str = "") -> None:
+        """Over mutual TLS, the caller-role rule (caller_roles) for the client's certificate."""
         if not self._reports_by_certificate:
             return
-        nodes = [n for n in certificate_names(context) if n.startswith(names.NODE_IDENTITY_PREFIX)]
-        if nodes:
-            raise Refused(
-                f"{verb}: refused to {nodes[0]!r}, a node's certificate: nodes report their GPUs and read the state, "
-                "and only the scheduling side (kube-scheduler's extender, fgpuctl with an operator's certificate) "
-                "reserves and binds"
-            )
+        caller_roles.check(
+            cert_names=certificate_names(context),
+            verb=verb,
+            call=call,
+            node=node,
+            known_among=lambda wanted: [v.name for v in self._service.node_views(wanted)],
+        )
 
     def _pod_to_place(self, message: scheduler_pb2.Pod) -> dict[str, Any]:
         """The pod that Reserve/Bind choose and sign GPUs for."""
@@ -141,7 +139,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         return scheduler_pb2.ScoreResponse(scores=[scheduler_pb2.NodeScore(node_name=n, score=s) for n, s in scores])
 
     def Reserve(self, request: scheduler_pb2.ReserveRequest, context: grpc.ServicerContext) -> scheduler_pb2.ReserveResponse:
-        self._refuse_nodes(context, "Reserve")
+        self._check(context, caller_roles.Verb.SCHEDULE, "Reserve")
         _require(request.node_name, "node_name")
         signed = self._service.reserve(self._pod_to_place(request.pod), request.node_name)
         return scheduler_pb2.ReserveResponse(allocation=allocation_to_proto(signed))
@@ -149,12 +147,12 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def Unreserve(
         self, request: scheduler_pb2.UnreserveRequest, context: grpc.ServicerContext
     ) -> scheduler_pb2.UnreserveResponse:
-        self._refuse_nodes(context, "Unreserve")
+        self._check(context, caller_roles.Verb.SCHEDULE, "Unreserve")
         self._service.unreserve(pod_from_proto(request.pod))
         return scheduler_pb2.UnreserveResponse()
 
     def Bind(self, request: scheduler_pb2.BindRequest, context: grpc.ServicerContext) -> scheduler_pb2.BindResponse:
-        self._refuse_nodes(context, "Bind")
+        self._check(context, caller_roles.Verb.SCHEDULE, "Bind")
         _require(request.node_name, "node_name")
         signed = self._service.bind(self._pod_to_place(request.pod), request.node_name)
         return scheduler_pb2.BindResponse(allocation=allocation_to_proto(signed))
@@ -169,8 +167,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 "from the agent, or run the scheduler with --state embedded"
             )
         _require(request.report.node_name, "report.node_name")
-        if self._reports_by_certificate:
-            check_reporter(certificate_names(context), request.report.node_name)
+        self._check(context, caller_roles.Verb.REPORT, "ReportDevices", node=request.report.node_name)
         orphans = self._service.report_devices(from_proto(request.report))
         return scheduler_pb2.ReportDevicesResponse(orphaned_allocations=orphans)
 
@@ -217,18 +214,6 @@ def certificate_names(context: grpc.ServicerContext) -> tuple[str, ...]:
         for raw in auth.get(key, ()):
             found.append(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw))
     return tuple(found)
-
-
-def check_reporter(cert_names: tuple[str, ...], node: str) -> None:
-    """Refuses a report unless the certificate names `node` (as `<node>` or `system:node:<node>`)."""
-    if node in cert_names or f"{names.NODE_IDENTITY_PREFIX}{node}" in cert_names:
-        return
-    who = ", ".join(repr(n) for n in cert_names) or "no name"
-    raise Refused(
-        f"ReportDevices: report.node_name={node!r}, but the client's certificate names {who}; a node reports only "
-        f"its own GPUs: give each agent a certificate whose common name (or a DNS name) is "
-        f"{names.NODE_IDENTITY_PREFIX}{node} or {node}"
-    )
 
 
 def _require(value: str, field: str) -> None:
