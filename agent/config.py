@@ -29,9 +29,7 @@ Unknown keys and bad values are refused with the key, the value and the fix.
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -42,7 +40,7 @@ from agent.errors import ConfigError
 from agent.health import DEFAULT_APPLICATION_XIDS
 from agent.isolation import registry
 from agent.isolation.registry import IsolationPaths
-from apis import config_yaml, hostport, names, tls
+from apis import config_paths, config_yaml, durations, hostport, names, tls
 from apis.grpc_server import AddressError, parse_address
 from apis.tls import TLSFiles
 
@@ -134,13 +132,31 @@ _KEYS: dict[str, str] = {
     "overcommit": "overcommit",
 }
 _TLS_KEYS = {"caFile": "ca_file", "certFile": "cert_file", "keyFile": "key_file", "serverName": "server_name"}
-#: A bare number of seconds, or Go's (and so Kubernetes') duration form: 500ms, 5m, 1h30m.
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)|((?:\d+(?:\.\d+)?(?:ms|s|m|h))+))\s*$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-#: Longer than any sensible interval or grace, and far below what a timer accepts (threading.TIMEOUT_MAX):
-#: a value past it is a typo, and a timer given it would raise OverflowError in a running daemon.
-MAX_DURATION_S = 366 * 24 * 3600.0
+#: Intervals and timers: 0 would spin a loop. A year is longer than any sensible value and far below
+#: what a timer accepts; a value past it is a typo that would raise OverflowError in a running daemon.
+_RUNS = durations.Bounds(maximum=durations.YEAR)
+#: Graces and quiet periods: 0 means "none".
+_GRACE = durations.Bounds(maximum=durations.YEAR, zero=True)
+#: field -> (bounds, example for messages)
+_DURATIONS: dict[str, tuple[durations.Bounds, str]] = {
+    "poll_interval_s": (_RUNS, "1s"),
+    "discovery_interval_s": (_RUNS, "60s"),
+    "report_resync_s": (_RUNS, "30s"),
+    "admission_sweep_s": (_RUNS, "60s"),
+    "nvml_retry_max_s": (_RUNS, "60s"),
+    "admission_sweep_grace_s": (_GRACE, "2m"),
+    "health_quiet_period_s": (_GRACE, "5m"),
+}
+#: Files the config names, with an example of each: read by a daemon whose working directory is `/`.
+_PATH_EXAMPLES: dict[str, str] = {
+    "fake_nvml": "/etc/fgpu/inventory.yaml",
+    "verifying_keys": DEFAULT_VERIFYING_KEYS,
+    "legacy_signing_key": "/etc/fgpu/legacy/signing-key",
+    "checkpoint_path": DEFAULT_CHECKPOINT_PATH,
+    "kubeconfig": "/etc/fgpu/kubeconfig",
+    "proc_root": "/host/proc",
+    "sysfs_root": "/host/sys",
+}
 
 
 def load_config_file(path: str) -> AgentConfig:
@@ -236,13 +252,10 @@ def validate(config: AgentConfig, *, source: str) -> None:
                 "socket as kubelet's --container-runtime-endpoint, e.g. unix:///run/containerd/containerd.sock, "
                 "or leave it empty"
             ) from None
-    if config.overcommit and not config.overcommit.startswith("/"):
-        raise ConfigError(
-            f"{source}: overcommit={config.overcommit!r} must be an absolute path to the pool's overcommit settings "
-            "file, e.g. /etc/fgpu/overcommit/overcommit.yaml, or empty (no reclaim)"
-        )
-    if config.state_dir and not config.state_dir.startswith("/"):
-        raise ConfigError(f"{source}: stateDir={config.state_dir!r} must be an absolute path (or empty)")
+    # Flags too: both are re-read or written long after start, whatever the directory is by then.
+    _absolute(config.overcommit, field=f"{source}: overcommit",
+              example="/etc/fgpu/overcommit/overcommit.yaml (the pool's settings file), or empty (no reclaim)")
+    _absolute(config.state_dir, field=f"{source}: stateDir", example="/var/run/fgpu-agent, or empty")
     if config.metrics_listen and not hostport.is_listen_hostport(config.metrics_listen):
         raise ConfigError(
             f"{source}: metricsListen={config.metrics_listen!r} must be HOST:PORT with a port up to 65535 "
@@ -267,8 +280,12 @@ def _convert(attr: str, raw: object, *, where: str) -> Any:
         return _isolation(str(raw), where)
     if attr == "isolation_paths":
         return _paths(raw, where)
-    if attr.endswith("_s"):
-        return parse_bounded_duration(raw, where=where)
+    if attr in _DURATIONS:
+        bounds, example = _DURATIONS[attr]
+        try:
+            return durations.parse(raw, field=where, bounds=bounds, example=example)
+        except durations.DurationError as err:
+            raise ConfigError(str(err)) from None
     if attr == "application_xids":
         if not isinstance(raw, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
             raise ConfigError(f"{where}={raw!r} must be a list of Xid numbers, e.g. [13, 31, 43]")
@@ -283,36 +300,16 @@ def _convert(attr: str, raw: object, *, where: str) -> Any:
         return raw
     if not isinstance(raw, str):
         raise ConfigError(f"{where}={raw!r} must be text")
+    if attr in _PATH_EXAMPLES:
+        _absolute(raw, field=where, example=_PATH_EXAMPLES[attr])
     return raw
 
 
-def parse_duration(raw: object, *, where: str) -> float:
-    """Seconds from a number, "500ms", "5m" or "1h30m" (a YAML number may be NaN or infinite)."""
-    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-        raise ConfigError(f"{where}={raw!r} is not a duration; write e.g. 1s, 500ms, 5m or 1h30m")
-    if isinstance(raw, int | float):
-        seconds = float(raw)
-    else:
-        match = _DURATION.match(raw)
-        if match is None:
-            raise ConfigError(f"{where}={raw!r} is not a duration; write e.g. 1s, 500ms, 5m or 1h30m")
-        if match.group(1) is not None:
-            seconds = float(match.group(1))
-        else:
-            seconds = sum(float(n) * _UNITS[unit] for n, unit in _DURATION_PART.findall(match.group(2)))
-    return seconds
-
-
-def parse_bounded_duration(raw: object, *, where: str) -> float:
-    """`parse_duration`, refusing NaN, infinities and anything past `MAX_DURATION_S` (a timer given
-    one raises OverflowError or spins in a running daemon)."""
-    seconds = parse_duration(raw, where=where)
-    if math.isnan(seconds) or abs(seconds) > MAX_DURATION_S:
-        raise ConfigError(
-            f"{where}={raw!r} is not a usable duration (at most {int(MAX_DURATION_S // 86400)} days); "
-            "write e.g. 1s, 500ms, 5m or 1h30m"
-        )
-    return seconds
+def _absolute(value: str, *, field: str, example: str) -> None:
+    try:
+        config_paths.absolute(value, field=field, example=example)
+    except config_paths.PathError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _isolation(value: str, where: str) -> str:

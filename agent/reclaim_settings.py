@@ -22,15 +22,24 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agent.config import parse_bounded_duration, parse_duration
 from agent.errors import ConfigError
 from agent.reclaim import MIN_EVICTION_GRACE_S, ReclaimPolicy
-from apis import config_yaml
+from apis import config_yaml, durations
 
 _MAX_RATIO = 10.0
 #: kubelet's default termination grace: long enough for a clean shutdown, short enough to get the memory back
 _DEFAULT_EVICTION_GRACE_S = 30
 _MAX_EVICTION_GRACE_S = 3600
+#: How often the loop looks: 0 would spin it.
+_INTERVAL = durations.Bounds(maximum=durations.YEAR)
+#: Graces, cooldowns and retries: 0 means "at once".
+_WAIT = durations.Bounds(maximum=durations.YEAR, zero=True)
+_EVICTION_GRACE = durations.Bounds(
+    minimum=MIN_EVICTION_GRACE_S,
+    maximum=_MAX_EVICTION_GRACE_S,
+    why_minimum="0 would force-delete the pod while its processes still hold the GPU's memory",
+    why_maximum="a guaranteed pod's memory stays at risk while an evicted pod terminates",
+)
 
 
 @dataclass(frozen=True)
@@ -56,41 +65,21 @@ def parse(data: object, *, source: str) -> OvercommitSettings:
     dry_run = data.get("dryRun", False)
     if not isinstance(dry_run, bool):
         raise ConfigError(f"{source}: dryRun={dry_run!r}: expected true or false")
-    eviction_grace = _eviction_grace(data, source=source)
-    interval = _duration(data, "interval", 1.0, source=source)
-    if interval <= 0:
-        raise ConfigError(f"{source}: interval={data.get('interval')!r}: must be above 0, e.g. 1s")
+    eviction_grace = _duration(data, "evictionGrace", _DEFAULT_EVICTION_GRACE_S, source=source,
+                               bounds=_EVICTION_GRACE, example="30s")
+    interval = _duration(data, "interval", 1.0, source=source, bounds=_INTERVAL, example="1s")
     return OvercommitSettings(
         ratio=ratio,
         policy=ReclaimPolicy(
             high_water=high,
-            pressure_grace_s=_duration(data, "pressureGrace", 5.0, source=source),
-            cooldown_s=_duration(data, "cooldown", 30.0, source=source),
-            eviction_grace_s=eviction_grace,
-            retry_s=_duration(data, "retry", 60.0, source=source),
+            pressure_grace_s=_duration(data, "pressureGrace", 5.0, source=source, bounds=_WAIT, example="5s"),
+            cooldown_s=_duration(data, "cooldown", 30.0, source=source, bounds=_WAIT, example="30s"),
+            eviction_grace_s=math.ceil(eviction_grace),
+            retry_s=_duration(data, "retry", 60.0, source=source, bounds=_WAIT, example="60s"),
         ),
         interval_s=interval,
         dry_run=dry_run,
     )
-
-
-def _eviction_grace(data: Mapping[str, object], *, source: str) -> int:
-    if "evictionGrace" not in data:
-        return _DEFAULT_EVICTION_GRACE_S
-    raw = data["evictionGrace"]
-    value = parse_duration(raw, where=f"{source}: evictionGrace")
-    if not value <= _MAX_EVICTION_GRACE_S:  # NaN too
-        raise ConfigError(
-            f"{source}: evictionGrace={raw!r}: at most {_MAX_EVICTION_GRACE_S}s (a guaranteed pod's memory stays at "
-            "risk while an evicted pod terminates); write e.g. 30s"
-        )
-    if value < MIN_EVICTION_GRACE_S:
-        # A grace of 0 deletes the pod object at once while its processes still hold the GPU memory.
-        raise ConfigError(
-            f"{source}: evictionGrace={raw!r}: must be at least {MIN_EVICTION_GRACE_S}s (0 would force-delete the "
-            f"pod while its processes still hold the GPU's memory); write e.g. 30s"
-        )
-    return math.ceil(value)
 
 
 def _number(data: Mapping[str, object], key: str, default: float, *, source: str, low: float, high: float,
@@ -101,13 +90,14 @@ def _number(data: Mapping[str, object], key: str, default: float, *, source: str
     return float(raw)
 
 
-def _duration(data: Mapping[str, object], key: str, default: float, *, source: str) -> float:
+def _duration(data: Mapping[str, object], key: str, default: float, *, source: str, bounds: durations.Bounds,
+              example: str) -> float:
     if key not in data:
         return default
-    value = parse_bounded_duration(data[key], where=f"{source}: {key}")
-    if value < 0:
-        raise ConfigError(f"{source}: {key}={data[key]!r}: must not be negative")
-    return value
+    try:
+        return durations.parse(data[key], field=f"{source}: {key}", bounds=bounds, example=example)
+    except durations.DurationError as err:
+        raise ConfigError(str(err)) from None
 
 
 class SettingsFile:

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from apis import config_yaml, hostport
+from apis import config_paths, config_yaml, hostport
 from apis.grpc_server import AddressError, parse_address
 from runtimeproxy.errors import ConfigError
 from runtimeproxy.hookconfig import parse_duration
@@ -82,6 +82,10 @@ _KEYS: dict[str, tuple[str, str]] = {
 }
 
 
+#: what a message suggests for each duration key: its default
+_DURATION_EXAMPLES = {"backendDialTimeout": "10s", "hookRefreshInterval": "1s", "lookupTimeout": "5s"}
+
+
 def _convert(key: str, kind: str, value: Any) -> Any:
     where = f"{key}={value!r}"
     if kind in ("address", "address?"):
@@ -104,9 +108,13 @@ def _convert(key: str, kind: str, value: Any) -> Any:
             )
         return value
     if kind == "abspath":
-        if not isinstance(value, str) or not value.startswith("/"):
+        if not isinstance(value, str) or not value:
             raise ConfigError(f"{where}: expected an absolute directory path, e.g. /etc/fgpu/hooks.d")
-        return value
+        try:
+            # Flags too: the proxy re-reads this directory every hookRefreshInterval, for as long as it runs.
+            return config_paths.absolute(value, field=key, example="/etc/fgpu/hooks.d")
+        except config_paths.PathError as exc:
+            raise ConfigError(str(exc)) from None
     if kind == "str":
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string")
@@ -124,7 +132,7 @@ def _convert(key: str, kind: str, value: Any) -> Any:
             raise ConfigError(f"{where}: expected a list of namespace names, e.g. [fgpu-system]")
         return tuple(value)
     if kind == "duration":
-        return parse_duration(value, field=key)
+        return parse_duration(value, field=key, example=_DURATION_EXAMPLES[key])
     if kind == "mode":
         # A bool is an int and a float truncates (0.5 -> 0): neither is a mode anyone meant.
         if isinstance(value, str):

@@ -6,7 +6,7 @@
         endpoint: unix:///var/run/fgpu-agent/hooks.sock
         stages: [PreCreateContainer, PostStopPodSandbox]
         failurePolicy: Ignore      # or Fail, the default when the key is left out
-        timeout: 2s                # per call; "500ms", "2s" or a number of seconds
+        timeout: 2s                # per call; a number of seconds or a Go duration: 500ms, 2s, 1m
 
 failurePolicy says what a failed or timed-out call does to the CRI call: Fail
 refuses a Pre* call, Ignore skips the hook. A container whose pod carries a
@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import enum
 import logging
-import math
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from apis import config_yaml
+from apis import config_yaml, durations
 from apis.grpc_server import AddressError, parse_address
 from runtimeproxy.errors import ConfigError
 from runtimeproxy.stages import RUNTIME_HOOKS, Stage, Stages
@@ -43,8 +41,9 @@ log = logging.getLogger(__name__)
 
 SUFFIXES = (".yaml", ".yml", ".json")
 DEFAULT_TIMEOUT_S = 2.0
-#: A day: far longer than any call or interval should take, far below what a timer accepts.
-MAX_DURATION_S = 86400.0
+#: More than zero (a zero timeout fails every call) and at most a day: far longer than any call or
+#: interval should take, far below what a timer accepts.
+BOUNDS = durations.Bounds(maximum=durations.DAY)
 
 
 class FailurePolicy(enum.Enum):
@@ -65,25 +64,13 @@ class HookServer:
     source: str = ""
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*$")
-
-
-def parse_duration(value: object, *, field: str) -> float:
-    """Seconds from a number, "500ms" or "2s": more than zero, finite, at most a day."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ConfigError(f"{field}={value!r}: expected a duration such as 2s or 500ms")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        m = _DURATION.match(value)
-        if not m:
-            raise ConfigError(f"{field}={value!r}: expected a duration such as 2s or 500ms")
-        seconds = float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
-    if not seconds > 0 or not math.isfinite(seconds):
-        raise ConfigError(f"{field}={value!r}: must be more than zero, e.g. 2s")
-    if seconds > MAX_DURATION_S:
-        raise ConfigError(f"{field}={value!r}: at most a day ({MAX_DURATION_S:g}s); write e.g. 2s")
-    return seconds
+def parse_duration(value: object, *, field: str, example: str = "2s") -> float:
+    """Seconds of a proxy timeout or interval (`apis.durations`: a number, or Go's form such as
+    500ms, 2s, 1m30s): more than zero, at most a day."""
+    try:
+        return durations.parse(value, field=field, bounds=BOUNDS, example=example)
+    except durations.DurationError as err:
+        raise ConfigError(str(err)) from None
 
 
 def parse_hook(entry: object, *, where: str, stages: Stages = RUNTIME_HOOKS) -> HookServer:

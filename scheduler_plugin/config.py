@@ -56,7 +56,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from apis import config_yaml, hostport, names, tls
+from apis import config_paths, config_yaml, durations, hostport, names, tls
 from apis.tls import TLSFiles
 from scheduler_plugin.core.policies import DEFAULT_POLICY
 
@@ -169,6 +169,8 @@ def from_mapping(data: Mapping[str, Any], *, where: str = "config") -> Scheduler
             values[attr] = _params(raw, where=f"{where}: {key}")
         else:
             values[attr] = _coerce(SchedulerConfig, attr, raw, where=f"{where}: {key}")
+        if attr in _PATH_EXAMPLES:
+            _absolute(values[attr], field=f"{where}: {key}", example=_PATH_EXAMPLES[attr])
     config = SchedulerConfig(**values)
     validate(config)
     return config
@@ -246,7 +248,26 @@ def check_policies(config: SchedulerConfig) -> None:
 
 
 #: A day: longer than any TTL or lease anyone means; a bigger number (or inf) is a typo, and timers reject it.
-_MAX_SECONDS = 86400.0
+_MAX_SECONDS = durations.DAY
+#: The TTL and the lease times: more than 0 (the lease's order is `validate`'s), at most a day.
+_SECONDS = durations.Bounds(maximum=_MAX_SECONDS)
+#: Files the config names, with an example of each. A relative one would be read from the daemon's
+#: working directory, not the config file's (flags are not checked: the shell's directory is meant).
+_PATH_EXAMPLES: dict[str, str] = {
+    "db": "/var/lib/fgpu/scheduler.db",
+    "kubeconfig": "/etc/fgpu/kubeconfig",
+    "signing_key": "/etc/fgpu/signing-key",
+    "verifying_keys": "/etc/fgpu/verifying-keys",
+    "legacy_signing_key": "/etc/fgpu/legacy-signing-key/signing-key",
+    "translation_rules": "/etc/fgpu/rules/rules.yaml",
+}
+
+
+def _absolute(value: str, *, field: str, example: str) -> None:
+    try:
+        config_paths.absolute(value, field=field, example=example)
+    except config_paths.PathError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _params(raw: Any, *, where: str) -> dict[str, float]:
@@ -334,9 +355,11 @@ def _coerce(cls: type[Any], attr: str, raw: Any, *, where: str) -> Any:
             raise ConfigError(f"{where}={raw!r}: expected true or false")
         return raw
     if isinstance(default, float):
-        if isinstance(raw, bool) or not isinstance(raw, int | float):
-            raise ConfigError(f"{where}={raw!r}: expected a number of seconds, e.g. 15")
-        return float(raw)
+        # Every float here is a time in seconds (a `...Seconds` key); Go's form (15s, 1m) is read too.
+        try:
+            return durations.parse(raw, field=where, bounds=_SECONDS, example=f"{default:g}")
+        except durations.DurationError as exc:
+            raise ConfigError(str(exc)) from None
     if raw is None:
         return ""
     if not isinstance(raw, str):

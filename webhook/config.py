@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from apis import config_yaml
+from apis import config_paths, config_yaml, labels
 from webhook.errors import ConfigError
 from webhook.scope import LabelSelector, Operator, Requirement, Scope
 
@@ -51,6 +51,10 @@ def from_mapping(data: object, *, origin: str = "<config>") -> WebhookConfig:
     rules = "" if rules is None else rules  # `translationRules:` with no value: the built-in rules
     if not isinstance(rules, str):
         raise ConfigError(f"{origin}: translationRules: {rules!r} must be a file path, or empty for the built-in rules")
+    try:
+        config_paths.absolute(rules, field=f"{origin}: translationRules", example="/etc/fgpu/rules/rules.yaml")
+    except config_paths.PathError as exc:
+        raise ConfigError(str(exc)) from None
     return WebhookConfig(translation_rules=rules, scope=_scope(top.get("schedulerInjection"), origin))
 
 
@@ -73,10 +77,12 @@ def _selector(raw: object, origin: str, where: str) -> LabelSelector:
     data = _map({} if raw is None else raw, origin, where)
     _only(data, {"matchLabels", "matchExpressions"}, origin, where)
     requirements: list[Requirement] = []
-    labels = _map(data.get("matchLabels") or {}, origin, f"{where}.matchLabels")
-    for key, value in labels.items():
+    match_labels = _map(data.get("matchLabels") or {}, origin, f"{where}.matchLabels")
+    for key, value in match_labels.items():
+        _check_key(str(key), origin, f"{where}.matchLabels: key {str(key)!r}")
         if not isinstance(value, str | int | bool) or isinstance(value, bool):
             raise ConfigError(f"{origin}: {where}.matchLabels.{key}: {value!r} must be a label value (quote it: \"true\")")
+        _check_value(str(value), origin, f"{where}.matchLabels.{key}: {str(value)!r}")
         requirements.append(Requirement(key=str(key), operator=Operator.IN, values=frozenset({str(value)})))
     expressions = data.get("matchExpressions") or []
     if not isinstance(expressions, list):
@@ -88,12 +94,15 @@ def _selector(raw: object, origin: str, where: str) -> LabelSelector:
         label = expression.get("key")
         if not isinstance(label, str) or not label:
             raise ConfigError(f"{origin}: {at}.key: {label!r} must be a label key")
+        _check_key(label, origin, f"{at}.key: {label!r}")
         try:
             operator = Operator(expression.get("operator"))
         except ValueError:
             known = ", ".join(o.value for o in Operator)
             raise ConfigError(f"{origin}: {at}.operator: {expression.get('operator')!r} is not one of {known}") from None
         values = _names(expression.get("values"), origin, f"{at}.values")
+        for value in sorted(values):
+            _check_value(value, origin, f"{at}.values: {value!r}")
         if operator in (Operator.IN, Operator.NOT_IN) and not values:
             raise ConfigError(f"{origin}: {at}: {operator.value} needs values: [...]")
         if operator in (Operator.EXISTS, Operator.DOES_NOT_EXIST) and values:
@@ -119,6 +128,22 @@ def _names(raw: object, origin: str, where: str, *, namespaces: bool = False) ->
 
 
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+# A selector naming a label no pod can carry matches nothing, silently (the API server refuses such
+# labels); say so at start instead.
+def _check_key(key: str, origin: str, where: str) -> None:
+    problem = labels.problem_with_key(key)
+    if problem:
+        raise ConfigError(
+            f"{origin}: {where}: {problem}; write the key as the pod carries it, e.g. team or example.com/team"
+        )
+
+
+def _check_value(value: str, origin: str, where: str) -> None:
+    problem = labels.problem_with_value(value)
+    if problem:
+        raise ConfigError(f"{origin}: {where}: {problem}; write the value as the pod carries it, e.g. ml-training")
 
 
 def _map(raw: object, origin: str, where: str) -> Mapping[str, Any]:

@@ -94,8 +94,8 @@ def test_the_config_file_takes_durations_paths_and_backends() -> None:
     ("data", "message"),
     [
         ({"pollIntervall": "1s"}, "unknown key 'pollIntervall'"),
-        ({"pollInterval": "soon"}, "pollInterval='soon' is not a duration"),
-        ({"pollInterval": 0}, "pollInterval (poll_interval_s) = 0.0 must be more than 0"),
+        ({"pollInterval": "soon"}, "pollInterval='soon': not a duration"),
+        ({"pollInterval": 0}, "pollInterval=0: must be more than zero; write e.g. 1s"),
         ({"isolation": "gvisor"}, "'gvisor' is not an isolation backend; use one of hami-core, mps, none"),
         ({"hookListen": "unix://relative.sock"}, "needs an absolute path"),
         ({"isolationPaths": {"hamiLibrary": "libvgpu.so"}}, "must be an absolute path"),

@@ -80,7 +80,8 @@ def test_settings_refuse_bad_values_naming_the_key_and_the_fix() -> None:
     ("500ms", r"evictionGrace='500ms': must be at least 1s"),
     (0, r"evictionGrace=0: must be at least 1s"),
     ("2h", r"evictionGrace='2h': at most 3600s"),
-    (float("nan"), r"evictionGrace=nan: at most 3600s"),
+    (float("nan"), r"evictionGrace=nan: not a finite number of seconds; write e\.g\. 30s"),
+    ("2x", r"evictionGrace='2x': not a duration"),
 ])
 def test_an_eviction_grace_that_would_force_delete_or_never_end_is_refused(raw: object, says: str) -> None:
     with pytest.raises(ConfigError, match=says):

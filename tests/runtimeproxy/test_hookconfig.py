@@ -101,12 +101,14 @@ def test_a_missing_directory_means_no_hooks(tmp_path: Path) -> None:
     assert HookRegistry(str(tmp_path / "absent")).servers() == ()
 
 
-@pytest.mark.parametrize(("value", "seconds"), [("2s", 2.0), ("250ms", 0.25), (3, 3.0), ("1.5s", 1.5)])
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("2s", 2.0), ("250ms", 0.25), (3, 3.0), ("1.5s", 1.5), ("2m", 120.0), ("1m30s", 90.0)]
+)
 def test_durations(value: object, seconds: float) -> None:
     assert parse_duration(value, field="timeout") == seconds
 
 
-@pytest.mark.parametrize("value", ["0s", -1, "2m", True])
+@pytest.mark.parametrize("value", ["0s", -1, "2x", "25h", True])
 def test_bad_durations(value: object) -> None:
     with pytest.raises(ConfigError, match="timeout="):
         parse_duration(value, field="timeout")

@@ -38,7 +38,7 @@ def test_a_config_file_is_read_and_flags_override_it(tmp_path: Path) -> None:
         ({"polcy": "binpack"}, "unknown key 'polcy'; valid keys are"),
         ({"state": "etcd"}, "state='etcd': unknown state backend; use one of kubernetes, embedded"),
         ({"standalone": "yes"}, "standalone='yes': expected true or false"),
-        ({"assumeTTLSeconds": 0}, "assumeTTLSeconds=0.0: must be > 0"),
+        ({"assumeTTLSeconds": 0}, "assumeTTLSeconds=0: must be more than zero; write e.g. 60"),
         ({"leaderElection": {"renewDeadlineSeconds": 20}}, "renewDeadlineSeconds < leaseDurationSeconds"),
         ({"state": "embedded", "standalone": True}, "use --state kubernetes, or drop --standalone"),
     ],
