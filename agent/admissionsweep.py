@@ -54,7 +54,7 @@ class PodSeen:
     #: Excluded from the hash: a dict cannot be hashed, and the UID already identifies the pod.
     annotations: Mapping[str, str] = field(default_factory=dict, hash=False)
     #: A container of the pod was created, so the hook admitted it (Kubernetes: a container status
-    #: with a containerID). The runtime source does not say; False there.
+    #: with a containerID; the runtime: the sandbox has a container).
     started: bool = False
     #: When the pod (Kubernetes) or its sandbox (runtime) was created, as a sortable text; "" unknown.
     created: str = ""

@@ -1,4 +1,4 @@
-"""The agent's CRI client: asks the container runtime (containerd, CRI-O) for its pod sandboxes.
+"""The agent's CRI client: asks the container runtime (containerd, CRI-O) for its pod sandboxes and containers.
 
 The only agent module that imports the CRI messages. It dials the runtime's
 own endpoint (the one kubelet is given), not the fgpu runtime proxy, so the
@@ -20,6 +20,7 @@ from apis.grpc_server import insecure_channel
 
 REQUEST_TIMEOUT_S = 10.0
 _LIST_POD_SANDBOX = f"/{names.CRI_RUNTIME_SERVICE}/ListPodSandbox"
+_LIST_CONTAINERS = f"/{names.CRI_RUNTIME_SERVICE}/ListContainers"
 
 
 @dataclass(frozen=True)
@@ -52,19 +53,18 @@ class RuntimeClient:
             request_serializer=cri.ListPodSandboxRequest.SerializeToString,
             response_deserializer=cri.ListPodSandboxResponse.FromString,
         )
+        self._containers = self._channel.unary_unary(
+            _LIST_CONTAINERS,
+            request_serializer=cri.ListContainersRequest.SerializeToString,
+            response_deserializer=cri.ListContainersResponse.FromString,
+        )
 
     def list_pod_sandboxes(self) -> list[Sandbox]:
         """Every sandbox the runtime knows, ready or stopped; a removed one is not listed."""
         try:
             response = self._list(cri.ListPodSandboxRequest(), timeout=self._timeout)
         except grpc.RpcError as err:
-            code = err.code() if isinstance(err, grpc.Call) else None
-            details = err.details() if isinstance(err, grpc.Call) else str(err)
-            raise RuntimeUnavailable(
-                f"container runtime at {self.endpoint}: ListPodSandbox failed "
-                f"({code.name if code is not None else 'error'}: {details}); "
-                "check that it runs and that runtimeEndpoint names its CRI socket"
-            ) from err
+            raise self._unavailable("ListPodSandbox", err) from err
         return [
             Sandbox(
                 id=item.id,
@@ -77,6 +77,27 @@ class RuntimeClient:
             )
             for item in response.items
         ]
+
+    def sandboxes_with_containers(self) -> frozenset[str]:
+        """The IDs of the sandboxes with at least one container created (running, exited or not yet started).
+
+        The hook admits a pod at its first PreCreateContainer, so a container in a sandbox says its
+        pod was admitted; the rebuild counts such pods first (`PodSeen.started`).
+        """
+        try:
+            response = self._containers(cri.ListContainersRequest(), timeout=self._timeout)
+        except grpc.RpcError as err:
+            raise self._unavailable("ListContainers", err) from err
+        return frozenset(c.pod_sandbox_id for c in response.containers if c.pod_sandbox_id)
+
+    def _unavailable(self, call: str, err: grpc.RpcError) -> RuntimeUnavailable:
+        code = err.code() if isinstance(err, grpc.Call) else None
+        details = err.details() if isinstance(err, grpc.Call) else str(err)
+        return RuntimeUnavailable(
+            f"container runtime at {self.endpoint}: {call} failed "
+            f"({code.name if code is not None else 'error'}: {details}); "
+            "check that it runs and that runtimeEndpoint names its CRI socket"
+        )
 
     def close(self) -> None:
         self._channel.close()

@@ -4,7 +4,7 @@
     XidWatcher ─┘       │
                         ├──► ReportLoop("kubernetes") ─► KubeReporter
                         └──► ReportLoop("scheduler")  ─► SchedulerReporter
-    AdmissionLedger ◄── ReportLoop("admission-sweep") ◄─ KubePods | RuntimePods (CRI)
+    AdmissionLedger ◄── ReportLoop("admission-sweep") ◄─ KubePods | RuntimePods (CRI) | EitherPods (API, else CRI)
                     ◄── LedgerRebuilder (at start, and with the sweep until one listing succeeds)
     MIGLifecycle ◄── HookServer (create at PreCreateContainer, destroy at PostStopPodSandbox)
                  ◄── start and the sweep (reconcile) ──► NVMLWorker.rediscover ──► reports
@@ -53,7 +53,7 @@ from agent.nodestate import NodeState
 from agent.nvmlapi import NVML
 from agent.nvmlworker import NVMLWorker
 from agent.pcitopology import PciTopologySource
-from agent.podsources import KubePods, RuntimePods
+from agent.podsources import EitherPods, KubePods, RuntimePods
 from agent.reclaim import ReclaimPolicy
 from agent.reclaim_loop import ReclaimLoop, sample_max_age_s
 from agent.reclaim_service import NoReclaim, ReclaimService
@@ -151,16 +151,25 @@ class Agent:
         self.sweep_loop: ReportLoop | None = None
         self._runtime: RuntimeClient | None = None
         pods: PodSource | None = None
-        if kube is not None:
-            pods = KubePods(kube, node_name=node_name)
-            if config.runtime_endpoint:
-                log.info("admission sweep lists pods from the Kubernetes API; runtimeEndpoint is not used")
-        elif config.runtime_endpoint:
+        rebuild_pods: PodSource | None = None
+        api_pods = KubePods(kube, node_name=node_name) if kube is not None else None
+        if config.runtime_endpoint:
             self._runtime = RuntimeClient(config.runtime_endpoint)
-            pods = RuntimePods(self._runtime, node_name=node_name)
+            runtime_pods = RuntimePods(self._runtime, node_name=node_name)
+            if api_pods is not None:
+                # The runtime backs the API up: with the API down a restarted agent still learns what
+                # runs here, so GPU admissions resume (`agent.listing_choice`).
+                pods = EitherPods(api_pods, runtime_pods, add_unlisted=False)
+                rebuild_pods = EitherPods(api_pods, runtime_pods, add_unlisted=True)
+            else:
+                pods = runtime_pods
+        elif api_pods is not None:
+            pods = api_pods
+            log.info("without runtimeEndpoint an agent restarted while the Kubernetes API is down admits no GPU "
+                     "share until the API answers")
         if pods is not None:
             rebuilder = LedgerRebuilder(
-                pods, ledger=self.ledger, metrics=self.metrics, node_name=node_name,
+                rebuild_pods or pods, ledger=self.ledger, metrics=self.metrics, node_name=node_name,
                 key=self._keys.verifying_keys, devices=self.state.devices,
             )
             self.rebuilder = rebuilder

@@ -2,8 +2,11 @@
 
 The ledger (`agent.admissions`) lives in memory, so a restarted agent would
 forget every pod it admitted and let a new pod overcommit their GPUs. At
-start it asks its `PodSource` (the Kubernetes API, or without it the
-container runtime over CRI) which pods run on the node and restores an entry
+start it asks its `PodSource` which pods run on the node: the Kubernetes
+API; with `runtimeEndpoint` too, the container runtime over CRI when the API
+fails or does not answer within seconds (`agent.podsources.EitherPods`,
+decided by `agent.listing_choice`, and the log says which); without
+Kubernetes, the runtime alone. It restores an entry
 for each one whose allocation verifies: signed with one of the scheduler's keys
 for that pod UID on this node (`apis.signing.verify_pod_annotations`). An allocation
 that does not verify is not counted and is logged with the pod and the
@@ -18,10 +21,12 @@ while either is missing it waits (the hook rejects allocations then anyway),
 and the agent's hook sees the node as not ready until one rebuild has been
 tried with both in hand.
 
-A failed listing (API server or runtime down) does not stop the agent: it
+A failed listing (no source it has answered) does not stop the agent: it
 logs a warning, and the rebuild is retried with the admission sweep, on its
 backoff and period, until one listing succeeds. Until then the hook rejects
 GPU allocations (kubelet retries them); pods without one are not affected.
+The ledger must never count less than what runs, so there is no other way
+out of this wait.
 
 Only pods the hook could have admitted together are restored: a pod with a
 created container first (it was admitted), then by age; a verified pod that

@@ -107,7 +107,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
                 {"name": "default", "isolation": "hami-core", "nodeSelector": {"fgpu.io/pool": "shared"}},
                 {"name": "inference", "isolation": "mps", "nodeSelector": {"fgpu.io/pool": "inference"}},
                 {"name": "trusted", "isolation": "none", "nodeSelector": {"fgpu.io/pool": "trusted"}},
-            ]
+            ],
+            "runtimeSocket": "/run/containerd/containerd.sock",
         },
         "signingKeys": {"source": "existing"},
         "webhook": {"tls": {"source": "certManager", "certManager": {"issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}}},

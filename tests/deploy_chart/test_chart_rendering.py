@@ -425,3 +425,26 @@ def test_helm_lint_finds_nothing_in_strict_mode(kube_version: str) -> None:
 def test_a_misspelt_value_is_refused_naming_the_key(values: dict[str, Any], named: str) -> None:
     # values.schema.json: a key the chart does not know would otherwise be ignored without a word
     assert named in render_error(values)
+
+
+def test_a_runtime_socket_is_every_pools_ledger_fallback_and_is_off_by_default() -> None:
+    socket_path = VARIANTS["pools-and-own-keys"]["agent"]["runtimeSocket"]
+    for values, expected in ((VARIANTS["pools-and-own-keys"], f"unix://{socket_path}"), ({}, "")):
+        for daemonset in (d.obj for d in render(values) if d.kind == "DaemonSet" and d.name.startswith("fgpu-agent")):
+            spec = pod_spec(daemonset)
+            (config_volume,) = [v for v in spec["volumes"] if v["name"] == "config"]
+            config_map = one(render(values), "ConfigMap", config_volume["configMap"]["name"])
+            config = parse_config(yaml.safe_load(config_map["data"]["agent.yaml"]), source=config_map["metadata"]["name"])
+            assert config.runtime_endpoint == expected
+            sockets = [v for v in spec["volumes"] if v["name"] == "runtime-socket"]
+            mounts = [m for m in container(daemonset, "agent")["volumeMounts"] if m["name"] == "runtime-socket"]
+            if expected:
+                assert sockets == [{"name": "runtime-socket", "hostPath": {"path": socket_path, "type": "Socket"}}]
+                assert [m["mountPath"] for m in mounts] == [socket_path]
+            else:
+                assert sockets == [] and mounts == []
+
+
+def test_a_relative_runtime_socket_is_refused_naming_the_value() -> None:
+    message = render_error({"agent": {"runtimeSocket": "run/containerd.sock"}})
+    assert "runtimeSocket" in message
