@@ -10,7 +10,12 @@ Fed by PreCreateContainer admissions, released by PostStopPodSandbox (and,
 with a Kubernetes client or a CRI endpoint, by `agent.admissionsweep` for
 pods whose PostStopPodSandbox never arrived; hence each entry's admission time).
 Recording a pod UID again replaces its entry, so restarts and several
-containers of one pod never count twice.
+containers of one pod never count twice. Each entry remembers the sandbox its
+last container was created in: when kubelet re-creates a pod's sandbox, the old
+one's StopPodSandbox may come after the new sandbox's containers were admitted
+(the proxy notifies in the background, and kubelet's garbage collector stops an
+old sandbox again before it removes it), and must then free nothing
+(`runs_in_another_sandbox`).
 
 The ledger lives in memory, so after an agent restart it is rebuilt
 (`agent.ledger_rebuild`) from the verified allocations of the pods still
@@ -118,17 +123,30 @@ class AdmissionLedger:
         self._clock = clock
         self._pods: dict[str, tuple[Hold, ...]] = {}
         self._admitted_at: dict[str, float] = {}
+        #: pod UID -> the sandbox its last admitted container was created in ("" not known)
+        self._sandboxes: dict[str, str] = {}
 
     def held(self, *, excluding: str = "") -> dict[str, GPUHeld]:
         """Per GPU, what every admitted pod but `excluding` holds."""
         with self.lock:
             return held_by_gpu((uid, holds) for uid, holds in self._pods.items() if uid != excluding)
 
-    def record(self, *, pod_uid: str, holds: Iterable[Hold]) -> None:
-        """Admit `pod_uid` with `holds`, replacing what it held before (idempotent)."""
+    def record(self, *, pod_uid: str, holds: Iterable[Hold], sandbox_id: str = "") -> None:
+        """Admit `pod_uid` with `holds`, replacing what it held before (idempotent).
+
+        `sandbox_id`: the pod sandbox the admitted container is created in ("" not known)."""
         with self.lock:
             self._pods[pod_uid] = tuple(holds)
             self._admitted_at[pod_uid] = self._clock()
+            self._sandboxes[pod_uid] = sandbox_id
+
+    def runs_in_another_sandbox(self, *, pod_uid: str, sandbox_id: str) -> bool:
+        """True when the pod's containers were admitted in a sandbox other than `sandbox_id`, so
+        `sandbox_id` stopping leaves the pod running: its shares stay held, and what the isolation
+        backends keep for its containers stays too. False when either sandbox is not known."""
+        with self.lock:
+            admitted_in = self._sandboxes.get(pod_uid, "")
+            return bool(sandbox_id and admitted_in and admitted_in != sandbox_id)
 
     def restore(self, entries: Iterable[tuple[str, tuple[Hold, ...]]]) -> list[str]:
         """Record the entries whose pod is not in the ledger yet; the UIDs restored.
@@ -151,6 +169,7 @@ class AdmissionLedger:
         """Forget `pod_uid`; True when it was admitted. Releasing an unknown pod is fine."""
         with self.lock:
             self._admitted_at.pop(pod_uid, None)
+            self._sandboxes.pop(pod_uid, None)
             return self._pods.pop(pod_uid, None) is not None
 
     def pods(self) -> dict[str, tuple[Hold, ...]]:

@@ -69,6 +69,8 @@ class HookRequest:
     annotations: Mapping[str, str] = field(default_factory=dict)
     #: Names of the variables the container's request carries (pod spec env, earlier hooks' edits).
     env_names: tuple[str, ...] = ()
+    #: The pod sandbox the container is created in, for the admission ledger ("" not known).
+    sandbox_id: str = ""
 
 
 @dataclass(frozen=True)

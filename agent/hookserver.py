@@ -86,6 +86,7 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
             container_name=request.container.name,
             annotations=dict(pod.annotations),
             env_names=tuple(kv.key for kv in request.envs),
+            sandbox_id=pod.sandbox_id,
         )
         try:
             try:
@@ -105,12 +106,12 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
                     decision = self._without_mig(decision, hook_request, devices=devices, settings=settings, held=held)
                 elif decision.mig_needed:
                     claim = _Claim(before=self.ledger.pods().get(hook_request.pod_uid), holds=decision.holds)
-                    self.ledger.record(pod_uid=hook_request.pod_uid, holds=claim.holds)
+                    self.ledger.record(pod_uid=hook_request.pod_uid, holds=claim.holds, sandbox_id=pod.sandbox_id)
                 if claim is None:
                     response = self._response(decision)
                     admitted = decision.edits is not None and not response.HasField("rejection")
                     if admitted:
-                        self.ledger.record(pod_uid=hook_request.pod_uid, holds=decision.holds)
+                        self.ledger.record(pod_uid=hook_request.pod_uid, holds=decision.holds, sandbox_id=pod.sandbox_id)
                     self._metrics.admitted_pods.set(len(self.ledger.pods()))
             if claim is not None:
                 decision, response, admitted = self._with_mig(
@@ -134,6 +135,14 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
     ) -> hooks_pb2.HookResponse:
         uid = request.pod.uid
         with self.ledger.lock:
+            if self.ledger.runs_in_another_sandbox(pod_uid=uid, sandbox_id=request.pod.sandbox_id):
+                # kubelet re-created the sandbox; the old one's stop came late (or again, from its garbage
+                # collector): the pod's containers run in the new one, with these shares and cache directories.
+                log.info(
+                    "pod %s/%s (%s): old sandbox %s stopped; the pod runs in a newer one, its GPU shares stay",
+                    request.pod.namespace, request.pod.name, uid, request.pod.sandbox_id,
+                )
+                return hooks_pb2.HookResponse()
             holds = self.ledger.pods().get(uid, ())
             released = bool(uid) and self.ledger.release(pod_uid=uid)
         # The destroys below run without the ledger's lock (`MIGLifecycle.pod_stopped`).
@@ -204,7 +213,7 @@ class GPUHookServicer(hooks_pb2_grpc.RuntimeHooksServicer):
                 response = self._response(decision)
                 admitted = decision.edits is not None and not response.HasField("rejection")
                 if admitted:
-                    self.ledger.record(pod_uid=uid, holds=decision.holds)
+                    self.ledger.record(pod_uid=uid, holds=decision.holds, sandbox_id=request.sandbox_id)
                 self._metrics.admitted_pods.set(len(self.ledger.pods()))
         finally:
             if not admitted:
