@@ -62,7 +62,7 @@ from agent.resync_loop import ReportLoop
 from agent.schedclient import SchedulerReporter
 from apis import hostport
 from apis.devices import NodeDevices
-from apis.keyfiles import VerifyingKeyFiles
+from apis.keyfiles import KeyWatcher, VerifyingKeyFiles
 from apis.metrics_server import MetricsServer
 from apis.signing import SigningKeyError
 
@@ -120,6 +120,8 @@ class Agent:
         # Re-read on change, so a key rotation restarts no agent; until a first good read every
         # call retries and raises SigningKeyError (the hook then rejects allocations, saying why).
         self._keys = VerifyingKeyFiles(config.verifying_keys, legacy_path=config.legacy_signing_key)
+        # Read on a clock too, not only per pod: an idle node takes (and logs) a new key as it lands.
+        self._key_watcher = KeyWatcher(self._keys.look, name="verifying-keys")
         self.ledger = AdmissionLedger(clock=clock)
         self.rebuilder: LedgerRebuilder | None = None
         record = OwnedFile(Path(mig_record_path(config)))
@@ -249,6 +251,7 @@ class Agent:
 
     def start(self) -> None:
         self.worker.start()
+        self._key_watcher.start()
         if self.rebuilder is not None:
             self._rebuild_ledger(self.rebuilder)
             self._reconcile_mig()
@@ -284,6 +287,7 @@ class Agent:
         if self.sweep_loop is not None:
             self.sweep_loop.stop(grace)
         self.worker.stop(grace)
+        self._key_watcher.stop(grace)
         if self._metrics_server is not None:
             self._metrics_server.stop(grace)
         if self._scheduler is not None:

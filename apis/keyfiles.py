@@ -16,11 +16,14 @@ Why re-read: a rotation must restart nothing (docs/deploy.md). The sources
 below read their files again at most every `min_interval_s` and parse them
 when the bytes changed; a file that turns bad keeps the last good keys (and is
 logged once), while one that was never good raises SigningKeyError on every
-call until it is.
+call until it is. A daemon also runs a `KeyWatcher`, so that a change is read,
+and logged, when it lands rather than when the next pod comes: the rotation's
+step 1 waits for each node's "accepting keys" line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -101,7 +104,10 @@ def parse_public_keys(data: bytes, *, where: str) -> tuple[PublicKey, ...]:
         try:
             key = load_pem_public_key(match.group(0))
         except (ValueError, TypeError) as exc:
-            raise SigningKeyError(f"verifying key file {where}: cannot read a public key ({exc})") from None
+            raise SigningKeyError(
+                f"verifying key file {where}: cannot read a public key ({exc}); replace it with the output of "
+                "`fgpuctl keys public --in PRIVATE-KEY-FILE`, or remove the file"
+            ) from None
         if not isinstance(key, Ed25519PublicKey):
             raise SigningKeyError(
                 f"verifying key file {where} holds a {type(key).__name__}, not an Ed25519 public key; "
@@ -158,11 +164,14 @@ class _Watched(Generic[S, T]):
         describe: Callable[[T], str],
         min_interval_s: float,
         clock: Callable[[], float],
+        replaced: Callable[[T, T], None] | None = None,
     ) -> None:
+        """`replaced(old, new)` is told of every change after the first good value."""
         self._read = read
         self._parse = parse
         self._what = what
         self._describe = describe
+        self._replaced = replaced
         self._min_interval_s = min_interval_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -192,6 +201,8 @@ class _Watched(Generic[S, T]):
                 self.last_error = str(exc)
                 return self._value
             log.info("%s: %s", self._what, self._describe(value))
+            if self._value is not None and self._replaced is not None:
+                self._replaced(self._value, value)
             self._value = value
             self.last_error = None
             return value
@@ -220,7 +231,9 @@ class VerifyingKeyFiles:
             describe=_describe,
             min_interval_s=min_interval_s,
             clock=clock,
+            replaced=self._replaced,
         )
+        self._unusable: str | None = None
 
     @property
     def last_error(self) -> str | None:
@@ -228,6 +241,40 @@ class VerifyingKeyFiles:
 
     def verifying_keys(self) -> VerifyingKeys:
         return self._watched.current()
+
+    def look(self) -> None:
+        """Reads the files if due, for a `KeyWatcher`; never raises.
+
+        While no good set was ever read, each new reason is logged once (the
+        hook refuses GPU allocations meanwhile, with the same reason).
+        """
+        try:
+            self.verifying_keys()
+        except SigningKeyError as exc:
+            if str(exc) != self._unusable:
+                log.warning("no usable verifying keys yet, so GPU allocations are refused: %s", exc)
+            self._unusable = str(exc)
+        else:
+            self._unusable = None
+
+    def _replaced(self, old: VerifyingKeys, new: VerifyingKeys) -> None:
+        # Said when it happens: the pods a drop strands run on until their next container start (or an
+        # agent restart, which no longer counts their GPU share), and nothing else names them then.
+        for key_id in old.key_ids:
+            if new.find(key_id) is None:
+                log.warning(
+                    "verifying keys %s: key %s is no longer accepted: containers of pods still signed with it are "
+                    "refused from now on, and a restarted agent no longer counts their GPU share; list them with "
+                    "`kubectl get pods -A -o json | fgpuctl keys in-use --key %s` and delete them so that they "
+                    "are signed anew (docs/deploy.md, \"Rotating the signing key\")", self.path, key_id, key_id,
+                )
+        if old.legacy_key is not None and new.legacy_key is None:
+            log.warning(
+                "legacySigningKey %s is gone: v1 (HMAC) signatures are refused from now on, and a restarted agent "
+                "no longer counts the GPU share of pods that carry one; list them with "
+                "`kubectl get pods -A -o json | fgpuctl keys in-use --key v1` and delete them (docs/deploy.md, "
+                "\"Upgrading from v1\")", self.legacy_path,
+            )
 
     def _parse(self, snapshot: tuple[Snapshot, bytes | None]) -> VerifyingKeys:
         files, legacy = snapshot
@@ -273,8 +320,47 @@ class SchedulerKeyFiles:
     def signing_key(self) -> SigningKey:
         return self._signing.current()
 
+    def look(self) -> None:
+        """Reads both if due, for a `KeyWatcher` (so "signing with key" is logged when the Secret changes); never raises.
+
+        Only a bad file after a good one can fail here, and that keeps the last good key, logged by itself.
+        """
+        with contextlib.suppress(SigningKeyError):
+            self.signing_key()
+        self._verifying.look()
+
     def verifying_keys(self) -> VerifyingKeys:
         return self._verifying.verifying_keys().with_keys(self.signing_key().public)
+
+
+class KeyWatcher:
+    """Calls `look` every `interval_s` in a thread of its own, until stopped.
+
+    Key files are otherwise read when a pod needs them, so an idle node would
+    neither take a new key nor say so, and the operator waits on that line.
+    """
+
+    def __init__(self, look: Callable[[], None], *, interval_s: float = 1.0, name: str = "key-watcher") -> None:
+        self._look = look
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, grace: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(grace)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._look()
+            except Exception:  # a bug here must not end the watching; the next look tries again
+                log.exception("looking at the key files failed unexpectedly")
+            self._stop.wait(self._interval_s)
 
 
 def _verifying_keys(path: str, files: Snapshot, legacy: bytes | None) -> VerifyingKeys:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
@@ -34,6 +35,8 @@ EXIT_USAGE = 2
 #: Where the shipped manifests keep the keys (hack/deploy/).
 NAMESPACE = "fgpu-system"
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+#: What `in-use --key` can match: a key id as signatures carry it, or the two groups `keys_in_use` adds.
+_KEY_ARGUMENT = re.compile(r"[0-9a-f]{16}|v1|unsigned")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +70,14 @@ def run(args: argparse.Namespace) -> int:
         if verb == "list":
             return list_keys(args.paths, out=out)
         if verb == "in-use":
+            if args.key is not None and not _KEY_ARGUMENT.fullmatch(args.key):
+                # No pod would match, and an empty answer reads as "safe to drop the key".
+                print(
+                    f"fgpuctl keys in-use: --key={args.key!r} is not a key id: give the 16 lowercase hex digits "
+                    "that `fgpuctl keys list` prints (not the file name), v1 or unsigned",
+                    file=err,
+                )
+                return EXIT_USAGE
             return in_use(args.filename, key=args.key, stdin=sys.stdin, out=out)
     except BrokenPipeError:
         raise  # the reader left (`| head`): fgpuctl.main ends quietly, this is no key error

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from apis import tls
-from apis.keyfiles import SchedulerKeyFiles
+from apis.keyfiles import KeyWatcher, SchedulerKeyFiles
 from apis.translation import RulesWatcher, TranslationRules
 from scheduler_plugin import binder
 from scheduler_plugin.backend import Backend
@@ -97,6 +97,7 @@ class SchedulerApp:
         self.queue: PendingQueue | None = None
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._key_watcher: KeyWatcher | None = None
         self._fresh = True
 
     def is_leader(self) -> bool:
@@ -110,6 +111,9 @@ class SchedulerApp:
         keys = SchedulerKeyFiles(
             config.signing_key, verifying_path=config.verifying_keys, legacy_path=config.legacy_signing_key
         )
+        # Read on a clock too, not only per bind: an idle scheduler takes (and logs) a rotated key as it lands.
+        self._key_watcher = KeyWatcher(keys.look, name="signing-keys")
+        self._key_watcher.start()
         rules = self._rules_source()
         if config.state is StateBackend.EMBEDDED:
             backend: Backend = EmbeddedBackend(path=config.db)
@@ -219,6 +223,8 @@ class SchedulerApp:
             self.backend.stop()
         if self._ticker is not None:
             self._ticker.join(grace)
+        if self._key_watcher is not None:
+            self._key_watcher.stop(5.0 if grace is None else grace)
         if self.kube is not None:
             self.kube.close()
 

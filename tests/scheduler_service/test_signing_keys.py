@@ -96,3 +96,25 @@ def test_a_missing_verifying_keys_path_stops_the_start(tmp_path: Path, capsys: p
 
     assert code == 1
     assert f"verifying key file {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
+
+
+def test_an_idle_scheduler_takes_and_logs_a_rotated_key_without_signing_anything(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from scheduler_plugin.app import SchedulerApp
+    from scheduler_plugin.config import SchedulerConfig, StateBackend
+    from tests.scheduler_service import cluster
+    from tests.waiting import wait_until
+
+    private = write_signing_key(str(tmp_path / "signing-key.pem"), OLD)
+    config = SchedulerConfig(state=StateBackend.EMBEDDED, db=str(tmp_path / "state.db"), grpc_listen="", signing_key=private)
+    app = SchedulerApp(config, timing=cluster.FAST)
+    caplog.set_level("INFO", logger="apis.keyfiles")
+    app.start()
+    try:
+        wait_until(lambda: f"signing with key {OLD.key_id}" in caplog.text, timeout=5)
+        # The docs' rotation step waits on this line: with no pod to sign, the watcher must say it.
+        Path(private).write_bytes(private_pem(NEW))
+        wait_until(lambda: f"signing with key {NEW.key_id}" in caplog.text, timeout=5)
+    finally:
+        app.stop(1.0)
