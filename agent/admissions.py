@@ -148,11 +148,14 @@ class AdmissionLedger:
             admitted_in = self._sandboxes.get(pod_uid, "")
             return bool(sandbox_id and admitted_in and admitted_in != sandbox_id)
 
-    def restore(self, entries: Iterable[tuple[str, tuple[Hold, ...]]]) -> list[str]:
+    def restore(
+        self, entries: Iterable[tuple[str, tuple[Hold, ...]]], *, sandboxes: Mapping[str, str] | None = None
+    ) -> list[str]:
         """Record the entries whose pod is not in the ledger yet; the UIDs restored.
 
         For the rebuild after a restart: an entry recorded by a real admission
-        since then is newer than any listing, so it wins.
+        since then is newer than any listing, so it wins. `sandboxes`: the sandbox
+        each pod runs in, where the listing said (`runs_in_another_sandbox`).
         """
         restored: list[str] = []
         with self.lock:
@@ -162,6 +165,7 @@ class AdmissionLedger:
                     continue
                 self._pods[pod_uid] = tuple(holds)
                 self._admitted_at[pod_uid] = now
+                self._sandboxes[pod_uid] = (sandboxes or {}).get(pod_uid, "")
                 restored.append(pod_uid)
         return restored
 

@@ -58,6 +58,8 @@ class PodSeen:
     started: bool = False
     #: When the pod (Kubernetes) or its sandbox (runtime) was created, as a sortable text; "" unknown.
     created: str = ""
+    #: The pod sandbox this listing is of (runtime only; the API does not say): "" unknown.
+    sandbox_id: str = ""
 
 
 class PodSource(Protocol):

@@ -41,8 +41,8 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from agent.admissions import AdmissionLedger, Hold
 from agent.admissionsweep import PodSeen, PodSource
@@ -85,6 +85,8 @@ class Restored:
 
     entries: tuple[tuple[str, tuple[Hold, ...]], ...]
     skipped: tuple[Skipped, ...]
+    #: pod UID -> the live sandbox it was listed in, where the source said (the runtime does)
+    sandboxes: Mapping[str, str] = field(default_factory=dict)
 
 
 def restored_admissions(
@@ -125,7 +127,8 @@ def restored_admissions(
             continue
         verified.append((pod, holds))
     entries = _admissible(verified, devices, skipped)
-    return Restored(entries=tuple(entries), skipped=tuple(skipped))
+    sandboxes = {pod.uid: pod.sandbox_id for pod, _ in verified if pod.sandbox_id}
+    return Restored(entries=tuple(entries), skipped=tuple(skipped), sandboxes=sandboxes)
 
 
 def _admissible(
@@ -248,7 +251,7 @@ class LedgerRebuilder:
                 self.pending = False
                 log.exception("admission ledger rebuild failed; GPU pods are admitted without the pods already running")
                 return True
-            restored = self._ledger.restore(decision.entries)
+            restored = self._ledger.restore(decision.entries, sandboxes=decision.sandboxes)
             self.pending = False
             self.tried = True
         self._report(decision, restored)

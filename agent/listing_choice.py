@@ -23,7 +23,7 @@ it does not need:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agent.admissionsweep import PodSeen
 
@@ -57,9 +57,10 @@ def chosen_pods(api: Listing, runtime: Listing | None, *, add_unlisted: bool) ->
             return Chosen(api.pods, api.where)
         listed = {p.uid for p in api.pods}
         extra = _live_pods_not_in(runtime.pods, listed)
+        pods = _with_sandboxes(api.pods, runtime.pods)
         if not extra:
-            return Chosen(api.pods, api.where)
-        return Chosen(api.pods + extra, (
+            return Chosen(pods, api.where)
+        return Chosen(pods + extra, (
             f"{api.where}, and {runtime.where} for {len({p.uid for p in extra})} pod(s) still running there "
             "that the API no longer lists"
         ))
@@ -67,6 +68,19 @@ def chosen_pods(api: Listing, runtime: Listing | None, *, add_unlisted: bool) ->
         return Chosen(runtime.pods, f"{runtime.where}, because listing them {api.where} failed: {api.error}")
     tried = [api] if runtime is None else [api, runtime]
     return Chosen(None, "; ".join(f"{t.where}: {t.error}" for t in tried))
+
+
+def _with_sandboxes(pods: Sequence[PodSeen], runtime: Sequence[PodSeen]) -> tuple[PodSeen, ...]:
+    """The API's pods, each with the runtime's sandbox ID where the pod has exactly one READY sandbox:
+    the ledger then knows which sandbox's stop may free the pod's shares."""
+    ready: dict[str, list[str]] = {}
+    for p in runtime:
+        if not p.finished and p.sandbox_id:
+            ready.setdefault(p.uid, []).append(p.sandbox_id)
+    return tuple(
+        replace(p, sandbox_id=ready[p.uid][0]) if not p.sandbox_id and len(ready.get(p.uid, ())) == 1 else p
+        for p in pods
+    )
 
 
 def _live_pods_not_in(pods: Sequence[PodSeen], listed: set[str]) -> tuple[PodSeen, ...]:

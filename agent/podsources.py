@@ -65,6 +65,7 @@ def sandboxes_seen(sandboxes: Iterable[Sandbox], *, with_containers: frozenset[s
             name=_name(s.pod_namespace, s.pod_name),
             annotations=s.annotations,
             started=s.id in with_containers,
+            sandbox_id=s.id,
             created=f"{s.created_at_ns:020d}" if s.created_at_ns else "",
         )
         for s in sandboxes

@@ -416,3 +416,14 @@ def test_without_container_states_the_older_of_two_overcommitting_pods_is_restor
     newer = PodSeen(uid="a", annotations=_signed("a", SIXTY), created="00000000000000000200")
     decision = restored_admissions([newer, older], key=KEYS, node_name=NODE, devices=T4_DEVICES)
     assert [uid for uid, _ in decision.entries] == ["b"]
+
+
+def test_the_decision_says_which_live_sandbox_each_restored_pod_runs_in() -> None:
+    listed = [
+        PodSeen(uid="p", annotations=_signed("p", SIXTY), finished=True, sandbox_id="sb-old"),
+        PodSeen(uid="p", annotations=_signed("p", SIXTY), sandbox_id="sb-new"),
+        PodSeen(uid="q", annotations=_signed("q", _share(T4_DEVICES, 1, core=20))),  # from the API: not known
+    ]
+    restored = restored_admissions(listed, key=KEYS, node_name=NODE, devices=T4_DEVICES)
+    assert [uid for uid, _ in restored.entries] == ["p", "q"]
+    assert restored.sandboxes == {"p": "sb-new"}

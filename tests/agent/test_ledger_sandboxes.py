@@ -34,3 +34,11 @@ def test_the_last_container_admitted_says_which_sandbox_the_pod_runs_in_and_a_re
     assert ledger.release(pod_uid="p")
     assert not ledger.runs_in_another_sandbox(pod_uid="p", sandbox_id="sb-old")
     assert not ledger.runs_in_another_sandbox(pod_uid="unknown", sandbox_id="sb-old")
+
+
+def test_a_rebuilt_entry_knows_its_sandbox_where_the_listing_said() -> None:
+    ledger = AdmissionLedger()
+    restored = ledger.restore([("p", (HOLD,)), ("q", (HOLD,))], sandboxes={"p": "sb-new"})
+    assert restored == ["p", "q"]
+    assert ledger.runs_in_another_sandbox(pod_uid="p", sandbox_id="sb-old")
+    assert not ledger.runs_in_another_sandbox(pod_uid="q", sandbox_id="sb-old")  # not known: a stop frees it

@@ -71,6 +71,23 @@ def test_chosen_pods(case: Case) -> None:
         assert text in chosen.where
 
 
+@pytest.mark.parametrize(
+    ("runtime", "expected"),
+    [
+        ((PodSeen(uid="a", sandbox_id="sb-1"),), "sb-1"),
+        ((PodSeen(uid="a", finished=True, sandbox_id="sb-0"), PodSeen(uid="a", sandbox_id="sb-1")), "sb-1"),
+        # two READY sandboxes (kubelet mid re-creation): which one runs the containers is not known
+        ((PodSeen(uid="a", sandbox_id="sb-1"), PodSeen(uid="a", sandbox_id="sb-2")), ""),
+        ((PodSeen(uid="a", finished=True, sandbox_id="sb-0"),), ""),
+    ],
+)
+def test_the_rebuild_learns_each_api_pods_live_sandbox_from_the_runtime(runtime: tuple[PodSeen, ...], expected: str) -> None:
+    # The ledger needs it to tell a late stop of an old sandbox from the stop of the pod's own.
+    chosen = chosen_pods(api(A), cri(*runtime), add_unlisted=True)
+    assert chosen.pods is not None
+    assert [(p.uid, p.sandbox_id) for p in chosen.pods] == [("a", expected)]
+
+
 # --- EitherPods against two sources ------------------------------------------------------------------
 
 
