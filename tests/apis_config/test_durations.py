@@ -103,3 +103,4 @@ def test_each_field_brings_its_bounds(bounds: Bounds, raw: object, outcome: floa
 @pytest.mark.parametrize(("seconds", "text"), [(1, "1s"), (0.5, "0.5s"), (3600, "3600s"), (172800, "172800s (2 days)")])
 def test_bounds_are_shown_in_seconds(seconds: float, text: str) -> None:
     assert durations.show(seconds) == text
+
