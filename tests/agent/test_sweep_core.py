@@ -48,7 +48,7 @@ def test_kubernetes_phases_succeeded_and_failed_are_finished_and_a_pod_without_u
 def test_a_notready_sandbox_is_a_finished_pod_and_a_sandbox_without_pod_uid_is_skipped() -> None:
     sandboxes = [Sandbox(id="s1", pod_uid="a", ready=True), Sandbox(id="s2", pod_uid="b", ready=False),
                  Sandbox(id="s3", pod_uid="", ready=False)]
-    assert sandboxes_seen(sandboxes) == [PodSeen("a"), PodSeen("b", finished=True)]
+    assert sandboxes_seen(sandboxes) == [PodSeen("a", sandbox_id="s1"), PodSeen("b", finished=True, sandbox_id="s2")]
 
 
 class FakePods:
