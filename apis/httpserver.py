@@ -132,6 +132,8 @@ class _Conn:
     out: bytes = b""
     sent: int = 0
     keep: bool = False
+    #: the client certificate's names, read at the connection's first request (a peer_handler's server)
+    cert_names: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -433,8 +435,13 @@ class BoundedHTTPServer:
         del conn.buf[:total]
         conn.continued = False
         # The whole target, query included, as this server has always routed on it.
-        # The certificate is read here, on the loop thread, which owns the socket.
-        peer = Peer(conn.peer, cert_names(conn.sock)) if self._peer_handler is not None else None
+        # The certificate is read here, on the loop thread, which owns the socket; once per connection,
+        # as it cannot change on it.
+        peer = None
+        if self._peer_handler is not None:
+            if conn.cert_names is None:
+                conn.cert_names = cert_names(conn.sock)
+            peer = Peer(conn.peer, conn.cert_names)
         return _Request(method=head.method, path=head.target, body=body, keep_alive=head.keep_alive, peer=peer)
 
     def _reject(self, conn: _Conn, status: int, message: str) -> None:
