@@ -134,6 +134,15 @@ def proxied_ok_calls(port: int) -> float:
     return total
 
 
+def relay_build(tree: str) -> str:
+    """How a checkout's proxy runs its relay: compiled (mypyc, setup.py) or python, and on which event loop."""
+    code = ("import runtimeproxy, runtimeproxy.main as m; from runtimeproxy import compiled; "
+            "print(compiled.build, 'uvloop' if m._loop_factory() else 'asyncio', sep='; ')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": tree})
+    return out.stdout.strip() or f"unknown ({out.stderr.strip()[-200:]})"
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if shutil.which("h2load") is None:
         raise SystemExit("h2load is not installed: apt-get install nghttp2-client")
@@ -210,6 +219,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 result[t]["cpu_cores_used"] = round(statistics.median(cpu_share[t]), 2)
                 # less sensitive to the machine's load than the ratio (user+sys, clock ticks)
                 result[t]["cpu_us_per_request"] = round(statistics.median(cpu_per_request[t]), 2)
+        for t, tree in trees.items():
+            result[t]["relay_build"] = relay_build(tree)
         result["ratio"] = round(result["proxy"]["median_rps"] / result["direct"]["median_rps"], 3)
         if "baseline" in result:
             result["baseline_ratio"] = round(result["baseline"]["median_rps"] / result["direct"]["median_rps"], 3)
@@ -254,6 +265,7 @@ def main() -> int:
             continue
         r = result[t]
         cpu = f"  CPU {r['cpu_us_per_request']} us/request, {r['cpu_cores_used']} cores" if "cpu_cores_used" in r else ""
+        cpu += f"  relay {r['relay_build']}" if "relay_build" in r else ""
         print(f"{t:8s} median {r['median_rps']:9.1f} req/s  rounds {r['rounds_rps']}  errors {r['errors']}{cpu}")
     baseline = f"   baseline/direct {result['baseline_ratio']:.0%}" if "baseline_ratio" in result else ""
     print(f"proxied/direct {result['ratio']:.0%}{baseline}   load average {result['load_average_1m']}")

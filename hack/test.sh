@@ -7,6 +7,6 @@ cd "$root"
 if [ -x .venv/bin/python ]; then export PATH="$root/.venv/bin:$PATH"; fi
 echo "== verify generated protobuf code"; hack/verify-proto.sh
 echo "== ruff"; ruff check .
-echo "== mypy"; mypy apis runtimeproxy agent scheduler_plugin fgpuctl webhook && mypy --explicit-package-bases hack/localup
+echo "== mypy"; mypy apis runtimeproxy agent scheduler_plugin fgpuctl webhook setup.py && mypy --explicit-package-bases hack/localup
 echo "== import layering"; lint-imports
 echo "== pytest"; python -m pytest -q --durations=15 "$@"

@@ -49,3 +49,7 @@ to bottom (an import-linter `layers` contract in pyproject.toml keeps it so):
 - `calls`, `h2frames`, `hpack_codec`: leaf codecs that import nothing of the
   package; the handler seam, HTTP/2 frames and their RFC 9113 checks, HPACK.
 """
+
+from runtimeproxy import compiled as _compiled
+
+_compiled.prefer_fresh(__name__)

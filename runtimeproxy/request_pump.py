@@ -14,15 +14,23 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
+from typing import Final
 
 from runtimeproxy import draining, flow_control, header_sync, held_calls, peer_errors, refusal
 from runtimeproxy import h2frames as h2
 from runtimeproxy.calls import StreamKind
 from runtimeproxy.grpc_framing import GRPC_CANCELLED
-from runtimeproxy.hpack_codec import HPACKError
+from runtimeproxy.hpack_codec import Header, HPACKError
 from runtimeproxy.relay_state import MAX_HELD_BYTES, ConnectionState, Drain, Side, Stream
 
 log = logging.getLogger(__name__)
+
+#: Whether this module runs compiled (mypyc, setup.py), where the pump reads frame headers differently
+COMPILED: Final = not __file__.endswith(".py")
+#: HEADERS flags whose frame takes the usual path: END_HEADERS and none of padding or priority
+_PLAIN_MASK: Final = h2.END_HEADERS | h2.PADDED_OR_PRIORITY
+_PASS: Final = StreamKind.PASS
 
 
 def pump(conn: ConnectionState, data: bytes) -> None:
@@ -64,9 +72,27 @@ def _pump(conn: ConnectionState, data: bytes) -> None:
     limit = conn.client_frame_limit
     unpack_header = h2.unpack_header
     in_block = conn.c_block is not None
+    req = conn.req
+    classify = conn.handler.classify
+    last_headers, last_path = conn.last_request
+    # one clock reading per pass: the calls it opens arrived in the same read
+    now = time.perf_counter()
+    # typed, so that a compiled build (mypyc) does native arithmetic on the header's fields
+    hi: int
+    lo: int
+    ftype: int
+    flags: int
+    sid: int
     while n - pos >= 9:
-        hi, lo, ftype, flags, sid = unpack_header(buf, pos)
-        length = hi << 16 | lo
+        if COMPILED:  # bytes indexing is native arithmetic there, and allocates nothing
+            length = buf[pos] << 16 | buf[pos + 1] << 8 | buf[pos + 2]
+            ftype = buf[pos + 3]
+            flags = buf[pos + 4]
+            sid = (buf[pos + 5] & 0x7F) << 24 | buf[pos + 6] << 16 | buf[pos + 7] << 8 | buf[pos + 8]
+        else:  # one C call is the cheapest for the interpreter
+            hi, lo, ftype, flags, sid = unpack_header(buf, pos)
+            length = hi << 16 | lo
+            sid &= 0x7FFFFFFF
         end = pos + 9 + length
         if length > limit:
             if out_start < pos:
@@ -75,7 +101,6 @@ def _pump(conn: ConnectionState, data: bytes) -> None:
             return
         if end > n:
             break
-        sid &= 0x7FFFFFFF
         v: h2.Violation | None = None
         if in_block and ftype != h2.CONTINUATION:
             v = h2.INTERRUPTED_BLOCK
@@ -119,6 +144,36 @@ def _pump(conn: ConnectionState, data: bytes) -> None:
                 else:
                     conn.bwin -= length
         elif ftype == h2.HEADERS:
+            if (
+                flags & _PLAIN_MASK == h2.END_HEADERS and sid & 1 and sid > conn.last_sid
+                and conn.goaway_sid is None and req.reencoder is None
+            ):
+                # the usual request: a new stream's whole, unpadded block, read and forwarded in the run
+                try:
+                    headers = req.decoder.decode(buf[pos + 9 : end])
+                except HPACKError as exc:
+                    if out_start < pos:
+                        backend.write(buf[out_start:pos])
+                    peer_errors.connection_error(
+                        conn, Side.CLIENT, h2.Violation(h2.COMPRESSION_ERROR, f"bad header block: {exc}")
+                    )
+                    return
+                conn.last_sid = sid
+                if headers is last_headers:
+                    # the decoder's cached block (the same request block again): the same call
+                    path_value = last_path
+                else:
+                    path_value = _path(headers)
+                    last_headers, last_path = headers, path_value
+                    conn.last_request = (headers, path_value)
+                # classified afresh for every stream: hook registrations come and go
+                kind = classify(path_value)
+                st = Stream(sid, path_value, kind, now)
+                streams[sid] = st
+                if kind is not _PASS:
+                    _intercepted(conn, st, flags, headers)
+                pos = end
+                continue
             if flags & h2.PADDED_OR_PRIORITY or not sid & 1:  # the usual HEADERS needs no other check
                 v = h2.check(ftype, flags, sid, buf[pos + 9 : end], from_server=False)
                 # only a frame `check` accepted has its fields: a padded one may lack even the pad length
@@ -243,26 +298,34 @@ def _block(conn: ConnectionState, sid: int, flags: int, fragment: bytes | bytear
         # the decoder's cached block (the same request block again): the same call
         path_value = conn.last_request[1]
     else:
-        path_value = b""
-        for name, value in headers:
-            if name == b":path":
-                path_value = value
-                break
+        path_value = _path(headers)
         conn.last_request = (headers, path_value)
     # classified afresh for every stream: hook registrations come and go
     kind = conn.handler.classify(path_value)
     st = Stream(sid, path_value, kind, time.perf_counter())
     conn.streams[sid] = st
     if kind is not StreamKind.PASS:
-        for name, value in headers:
-            if name == b"grpc-encoding":
-                st.encoding = value
-                break
-        if kind is StreamKind.EDIT:
-            st.window = conn.b_initial_window
-            if flags & h2.END_STREAM:
-                held_calls.start_edit(conn, st)
+        _intercepted(conn, st, flags, headers)
     return out
+
+
+def _path(headers: Sequence[Header]) -> bytes:
+    for name, value in headers:
+        if name == b":path":
+            return value
+    return b""
+
+
+def _intercepted(conn: ConnectionState, st: Stream, flags: int, headers: Sequence[Header]) -> None:
+    """A new stream the handler intercepts: its request's encoding, and an EDIT call's window and start."""
+    for name, value in headers:
+        if name == b"grpc-encoding":
+            st.encoding = value
+            break
+    if st.kind is StreamKind.EDIT:
+        st.window = conn.b_initial_window
+        if flags & h2.END_STREAM:
+            held_calls.start_edit(conn, st)
 
 
 def _cancelled(conn: ConnectionState, st: Stream) -> None:

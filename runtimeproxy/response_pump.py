@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Final
 
 from runtimeproxy import flow_control, grpc_framing, header_sync, peer_errors
 from runtimeproxy import h2frames as h2
 from runtimeproxy.calls import StreamKind
 from runtimeproxy.grpc_framing import GRPC_INTERNAL, GRPC_UNKNOWN
 from runtimeproxy.hpack_codec import Header, HPACKError
-from runtimeproxy.relay_state import ConnectionState, Side
+from runtimeproxy.relay_state import ConnectionState, Side, Stream
 
+#: Whether this module runs compiled (mypyc, setup.py), where the pump reads frame headers differently
+COMPILED: Final = not __file__.endswith(".py")
 #: HEADERS flags whose frame takes the usual path: END_HEADERS and none of padding or priority
-_PLAIN_MASK = h2.END_HEADERS | h2.PADDED_OR_PRIORITY
+_PLAIN_MASK: Final = h2.END_HEADERS | h2.PADDED_OR_PRIORITY
+_PASS: Final = StreamKind.PASS
 
 
 def pump(conn: ConnectionState, data: bytes) -> None:
@@ -52,9 +56,26 @@ def _pump(conn: ConnectionState, data: bytes) -> bool:
     unpack_header = h2.unpack_header
     in_block = conn.b_block is not None
     resp = conn.resp
+    streams = conn.streams
+    last_trailers, last_code = conn.last_trailers
+    # one clock reading per pass: the calls it ends were answered in the same read
+    now = time.perf_counter()
+    # typed, so that a compiled build (mypyc) does native arithmetic on the header's fields
+    hi: int
+    lo: int
+    ftype: int
+    flags: int
+    sid: int
     while n - pos >= 9:
-        hi, lo, ftype, flags, sid = unpack_header(buf, pos)
-        length = hi << 16 | lo
+        if COMPILED:  # bytes indexing is native arithmetic there, and allocates nothing
+            length = buf[pos] << 16 | buf[pos + 1] << 8 | buf[pos + 2]
+            ftype = buf[pos + 3]
+            flags = buf[pos + 4]
+            sid = (buf[pos + 5] & 0x7F) << 24 | buf[pos + 6] << 16 | buf[pos + 7] << 8 | buf[pos + 8]
+        else:  # one C call is the cheapest for the interpreter
+            hi, lo, ftype, flags, sid = unpack_header(buf, pos)
+            length = hi << 16 | lo
+            sid &= 0x7FFFFFFF
         end = pos + 9 + length
         if length > limit:
             if out_start < pos:
@@ -63,7 +84,6 @@ def _pump(conn: ConnectionState, data: bytes) -> bool:
             return False
         if end > n:
             break
-        sid &= 0x7FFFFFFF
         v: h2.Violation | None = None
         if in_block and ftype != h2.CONTINUATION:
             v = h2.INTERRUPTED_BLOCK
@@ -92,10 +112,22 @@ def _pump(conn: ConnectionState, data: bytes) -> bool:
                         conn, Side.BACKEND, h2.Violation(h2.COMPRESSION_ERROR, f"bad header block: {exc}")
                     )
                     return False
-                if flags & h2.END_STREAM:
-                    _response_end(conn, sid, headers)
-                elif (st := conn.streams.get(sid)) is not None:
-                    st.responded = True
+                if not flags & h2.END_STREAM:
+                    if (st := streams.get(sid)) is not None:
+                        st.responded = True
+                elif (st := streams.pop(sid, None)) is not None:
+                    # the call's trailers: its status (the usual OK trailers are the decoder's cached block)
+                    if headers is last_trailers:
+                        code = last_code
+                    else:
+                        code = _status(headers)
+                        last_trailers, last_code = headers, code
+                        conn.last_trailers = (headers, code)
+                    if st.kind is _PASS:
+                        st.closed = True
+                        conn.done.append((st.path, _PASS, None, code, now - st.t0))
+                    else:
+                        _intercepted_end(conn, st, code)
                 pos = end
                 continue
             if flags & h2.PADDED_OR_PRIORITY or not sid & 1:  # the usual HEADERS needs no other check
@@ -242,6 +274,11 @@ def _response_end(conn: ConnectionState, sid: int, headers: Sequence[Header] | N
         st.closed = True
         conn.done.append((st.path, StreamKind.PASS, None, code, time.perf_counter() - st.t0))
         return
+    _intercepted_end(conn, st, code)
+
+
+def _intercepted_end(conn: ConnectionState, st: Stream, code: int) -> None:
+    """An intercepted call's end: the request it made is kept for the handler (OBSERVE, post-call hooks)."""
     # an EDIT call the runtime answered before taking all of the held-back request
     # (e.g. Unimplemented): nothing more goes to it
     flow_control.abandon(conn, st)

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from apis import grpc_server, hostport, names
-from runtimeproxy import cri_calls
+from runtimeproxy import compiled, cri_calls
 from runtimeproxy.backend_health import BackendHealth
 from runtimeproxy.call_specs import CallSpecs
 from runtimeproxy.config import ProxyConfig
@@ -148,6 +148,7 @@ class RuntimeProxy:
             log, logging.INFO, "runtime proxy serving", listen=cfg.listen, backend=cfg.backend,
             hook_config_dir=cfg.hook_config_dir, admin=cfg.admin_listen, metrics=cfg.metrics_listen,
             hook_servers=",".join(s.name for s in self.hook_registry.servers()),
+            relay_build=compiled.build, event_loop=type(loop).__module__.split(".")[0],
         )
 
     def _start_admin(self, address: str) -> None:
