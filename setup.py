@@ -13,22 +13,22 @@ only slower; `fgpu-runtime-proxy` logs which one it runs
 from __future__ import annotations
 
 import os
+import runpy
 import sys
 from typing import cast
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
+_ROOT = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _ROOT)
+# runtimeproxy/compiled.py (which modules, the digest of their source) imports only the standard library and
+# apis/names.py: read here without importing the package, whose dependencies need not be installed to build
+_compiled = runpy.run_path(os.path.join(_ROOT, "runtimeproxy", "compiled.py"))
+_DIGEST = os.path.join(_ROOT, "runtimeproxy", _compiled["DIGEST_FILE"])
 #: The relay's hot path: the frame pumps and the state, codecs and connection they drive. Modules
 #: outside this list import them as usual; a compiled class may only be subclassed here.
-COMPILED = [
-    "runtimeproxy/h2frames.py",
-    "runtimeproxy/hpack_codec.py",
-    "runtimeproxy/relay_state.py",
-    "runtimeproxy/request_pump.py",
-    "runtimeproxy/response_pump.py",
-    "runtimeproxy/connection.py",
-]
+COMPILED = [f"runtimeproxy/{name}.py" for name in _compiled["MODULES"]]
 
 
 class _OptionalBuildExt(build_ext):
@@ -38,14 +38,16 @@ class _OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as exc:  # a missing compiler or headers: the package still works, slower
-            for path in self.get_outputs():
+            for path in [*self.get_outputs(), _DIGEST, os.path.join(self.build_lib, "runtimeproxy", _compiled["DIGEST_FILE"])]:
                 if os.path.exists(path):
                     os.remove(path)
             print(f"fgpu: the relay is not compiled ({exc}); installing pure Python", file=sys.stderr)
 
 
 def _extensions() -> list[Extension]:
-    if os.environ.get("FGPU_PURE_PYTHON") == "1":
+    if os.path.exists(_DIGEST):
+        os.remove(_DIGEST)
+    if os.environ.get(_compiled["PURE_PYTHON_ENV"]) == "1":
         return []
     try:
         from mypyc.build import mypycify
@@ -54,10 +56,15 @@ def _extensions() -> list[Extension]:
         return []
     try:
         # third-party packages need not be installed where this builds: their types are then Any
-        return [cast(Extension, e) for e in mypycify(["--ignore-missing-imports", *COMPILED], opt_level="3")]
+        built = mypycify(["--ignore-missing-imports", *COMPILED], opt_level="3", group_name=_compiled["LIBRARY"])
+        extensions = [cast(Extension, e) for e in built]
     except (Exception, SystemExit) as exc:
         print(f"fgpu: mypyc could not compile the relay ({exc}); installing pure Python", file=sys.stderr)
         return []
+    # what the compiled modules were built from: runtimeproxy.compiled runs them only for this source
+    with open(_DIGEST, "w") as f:
+        f.write(_compiled["source_digest"]() + "\n")
+    return extensions
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": _OptionalBuildExt})

@@ -311,6 +311,10 @@ MPS_ENV_PREFIX: Final = "CUDA_MPS_"
 #: overcommit demo). Never read by the real NVML path.
 FAKE_NVML_USAGE_ENV: Final = "FGPU_FAKE_NVML_USAGE"
 
+#: "1": install the runtime proxy's relay as pure Python (setup.py), or run it so where it was compiled
+#: (runtimeproxy.compiled); for comparison and tests, the compiled relay is the same code
+PURE_PYTHON_ENV: Final = "FGPU_PURE_PYTHON"
+
 # --- Agent metrics other components read (fgpuctl top) --------------------------------------------
 
 #: Per GPU: its memory in bytes (labels: uuid).

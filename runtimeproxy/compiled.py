@@ -1,25 +1,35 @@
 """Whether the relay runs compiled (mypyc, see setup.py) or as Python, and never a stale compiled build.
 
 A compiled module is a file beside its source (`request_pump.cpython-311-*.so`)
-that Python imports in preference to the `.py`, and that loads the code of all
-of them from one library beside the package (`<hash>__mypyc.*.so`). After the source changes
-(a `git pull` in a checkout installed with `pip install -e .`), that file
-still holds the old code. `prefer_fresh` runs before any relay module is
-imported: if a compiled module is older than its source, every relay module
-is loaded from source instead (all or none: compiled modules share their
-classes, and a compiled pump refuses an interpreted connection's state).
+that Python imports in preference to the `.py`. After the source changes (a
+`git pull` in a checkout installed with `pip install -e .`), it still holds
+the old code. The build records a digest of the source it compiled
+(`DIGEST_FILE`); `prefer_fresh` runs before any relay module is imported and,
+unless the source still has that digest, loads every relay module from source
+instead (all or none: compiled modules share their classes, and a compiled
+pump refuses an interpreted connection's state). `FGPU_PURE_PYTHON=1` does the
+same on purpose.
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import importlib.util
 import os
 import sys
 from typing import Final
 
+from apis.names import PURE_PYTHON_ENV
+
 #: The modules setup.py compiles, in import order (each imports only those before it).
 MODULES: Final = ("h2frames", "hpack_codec", "relay_state", "request_pump", "response_pump", "connection")
+
+#: The library that holds the compiled code of all of them (`fgpu_relay__mypyc.*.so`, beside the package);
+#: the per-module files only load it.
+LIBRARY: Final = "fgpu_relay"
+#: Written by the build beside the compiled modules: `source_digest()` of the source it compiled.
+DIGEST_FILE: Final = "compiled.sha256"
 
 _HERE: Final = os.path.dirname(os.path.abspath(__file__))
 
@@ -27,29 +37,45 @@ _HERE: Final = os.path.dirname(os.path.abspath(__file__))
 build = "python"
 
 
-def _compiled_file(name: str) -> str | None:
-    found = sorted(glob.glob(os.path.join(_HERE, f"{name}.*.so")))
-    return found[0] if found else None
+def source_digest() -> str:
+    """sha256 of the compiled modules' sources, in `MODULES` order: what a build records in `DIGEST_FILE`."""
+    h = hashlib.sha256()
+    for name in MODULES:
+        with open(os.path.join(_HERE, f"{name}.py"), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
 
 
 def prefer_fresh(package: str) -> str:
-    """Loads the relay from source when its compiled build is older than the source; says which runs."""
+    """Loads the relay from source unless its compiled build is of this very source; says which runs."""
     global build
-    files = {name: _compiled_file(name) for name in MODULES}
-    if not any(files.values()):
+    if not any(glob.glob(os.path.join(_HERE, f"{name}.*.so")) for name in MODULES):
         build = "python"
         return build
-    # the code itself is in one library beside the package (`<hash>__mypyc.*.so`), which a build
-    # rewrites whenever a source changed; the per-module files only load it and may stay as they were
-    libraries = glob.glob(os.path.join(os.path.dirname(_HERE), "*__mypyc.*.so"))
-    built = max((os.path.getmtime(p) for p in libraries), default=0.0)
-    stale = [
-        name for name, so in files.items()
-        if so is None or os.path.getmtime(os.path.join(_HERE, f"{name}.py")) > built
-    ]
-    if not stale:
+    if os.environ.get(PURE_PYTHON_ENV) == "1":
+        _load_source(package)
+        build = f"python ({PURE_PYTHON_ENV}=1)"
+        return build
+    try:
+        with open(os.path.join(_HERE, DIGEST_FILE)) as f:
+            built = f.read().strip()
+    except OSError:
+        built = ""
+    if built == source_digest():
+        try:
+            importlib.import_module(f"{package}.{MODULES[0]}")
+        except ImportError as exc:  # e.g. its library missing: an install that was moved or half removed
+            _load_source(package)
+            build = f"python (the compiled build does not load: {exc})"
+            return build
         build = "compiled"
         return build
+    _load_source(package)
+    build = "python (the compiled build is not of this source: pip install -e . or a reinstall rebuilds it)"
+    return build
+
+
+def _load_source(package: str) -> None:
     for name in MODULES:
         full = f"{package}.{name}"
         spec = importlib.util.spec_from_file_location(full, os.path.join(_HERE, f"{name}.py"))
@@ -58,5 +84,3 @@ def prefer_fresh(package: str) -> str:
         sys.modules[full] = module
         spec.loader.exec_module(module)
         setattr(sys.modules[package], name, module)
-    build = f"python (the compiled build is older than {', '.join(stale)}.py: pip install -e . rebuilds it)"
-    return build
