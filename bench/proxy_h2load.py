@@ -136,6 +136,8 @@ def proxied_ok_calls(port: int) -> float:
 
 def relay_build(tree: str) -> str:
     """How a checkout's proxy runs its relay: compiled (mypyc, setup.py) or python, and on which event loop."""
+    if not os.path.exists(os.path.join(tree, "runtimeproxy", "compiled.py")):
+        return "python; asyncio (a checkout from before the compiled relay)"
     code = ("import runtimeproxy, runtimeproxy.main as m; from runtimeproxy import compiled; "
             "print(compiled.build, 'uvloop' if m._loop_factory() else 'asyncio', sep='; ')")
     out = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, timeout=60,

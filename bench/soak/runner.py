@@ -132,7 +132,12 @@ class Soak:
     # --- run ---------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         started = time.monotonic()
-        self.stack.start()
+        try:
+            self.stack.start()
+        except BaseException:
+            # a daemon that did not come up: the ones that did must not outlive the run
+            self.stack.stop(keep=self.o.keep)
+            raise
         self.t0 = time.monotonic()
         self.client = Client(self.stack.api.url, timeout_s=5.0)
         self.injector = Injector(self.stack, self.rng, burst=self._burst)
