@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import configparser
+import hashlib
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -58,3 +60,21 @@ def test_the_wheel_declares_every_console_script(wheel: zipfile.ZipFile) -> None
 
 def test_the_tests_and_dev_tools_are_not_shipped(wheel: zipfile.ZipFile) -> None:
     assert not [n for n in wheel.namelist() if n.startswith(("tests/", "hack/", "bench/"))]
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler: the wheel is pure Python")
+def test_the_wheel_carries_the_compiled_relay_with_its_source_and_the_digest_of_that_source(
+    wheel: zipfile.ZipFile,
+) -> None:
+    names = set(wheel.namelist())
+    from runtimeproxy.compiled import DIGEST_FILE, LIBRARY, MODULES
+
+    assert any(n.startswith(f"{LIBRARY}__mypyc.") and n.endswith(".so") for n in names), sorted(names)[:20]
+    for name in MODULES:
+        assert f"runtimeproxy/{name}.py" in names  # the source stays: the fallback where the build is not of it
+        assert any(n.startswith(f"runtimeproxy/{name}.") and n.endswith(".so") for n in names), name
+    digest = wheel.read(f"runtimeproxy/{DIGEST_FILE}").decode().strip()
+    h = hashlib.sha256()
+    for name in MODULES:
+        h.update((ROOT / "runtimeproxy" / f"{name}.py").read_bytes())
+    assert digest == h.hexdigest()
