@@ -110,12 +110,15 @@ def test_a_changed_source_runs_as_python_until_it_is_rebuilt(tmp_path: Path) -> 
 
 @compiled_here
 def test_the_python_relay_passes_the_frame_conformance_tests() -> None:
-    """FGPU_PURE_PYTHON=1 runs the source where it was compiled: the same cases, in-process and in the proxy."""
+    """FGPU_PURE_PYTHON=1 runs the source where it was compiled: the same cases, in-process and in the proxy.
+
+    All but the fuzz, h2load and reset cases (CI's time): those run compiled.
+    """
     assert _probe(str(ROOT), {"FGPU_PURE_PYTHON": "1"})[0] == "python (FGPU_PURE_PYTHON=1)"
     with tempfile.TemporaryDirectory() as cache:
         out = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-o", f"cache_dir={cache}",
-             "tests/runtimeproxy/h2conformance", "-k", "not fuzz and not external_load"],
+             "tests/runtimeproxy/h2conformance", "-k", "not fuzz and not external_load and not test_resets"],
             cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "FGPU_PURE_PYTHON": "1"},
         )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
