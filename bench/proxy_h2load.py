@@ -139,7 +139,7 @@ def relay_build(tree: str) -> str:
     if not os.path.exists(os.path.join(tree, "runtimeproxy", "compiled.py")):
         return "python; asyncio (a checkout from before the compiled relay)"
     code = ("import runtimeproxy, runtimeproxy.main as m; from runtimeproxy import compiled; "
-            "print(compiled.build, 'uvloop' if m._loop_factory() else 'asyncio', sep='; ')")
+            "print(compiled.build, 'uvloop' if m.event_loop_factory() else 'asyncio', sep='; ')")
     out = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": tree})
     return out.stdout.strip() or f"unknown ({out.stderr.strip()[-200:]})"

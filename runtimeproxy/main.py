@@ -48,7 +48,7 @@ async def serve(cfg: proxy_config.ProxyConfig) -> None:
     await proxy.stop(STOP_GRACE_S)
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's event loop where it is installed (a dependency): a third less CPU per relayed read and write."""
     try:
         import uvloop
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logs.configure(level=cfg.log_level, fmt=cfg.log_format)
     try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             runner.run(serve(cfg))
     except (OSError, AddressError, ConfigError) as exc:
         logs.event(log, logging.ERROR, "cannot serve", error=str(exc))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from apis.names import PURE_PYTHON_ENV
 from runtimeproxy.compiled import DIGEST_FILE, MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,12 +115,12 @@ def test_the_python_relay_passes_the_frame_conformance_tests() -> None:
 
     All but the fuzz, h2load and reset cases (CI's time): those run compiled.
     """
-    assert _probe(str(ROOT), {"FGPU_PURE_PYTHON": "1"})[0] == "python (FGPU_PURE_PYTHON=1)"
+    assert _probe(str(ROOT), {PURE_PYTHON_ENV: "1"})[0] == f"python ({PURE_PYTHON_ENV}=1)"
     with tempfile.TemporaryDirectory() as cache:
         out = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-o", f"cache_dir={cache}",
              "tests/runtimeproxy/h2conformance", "-k", "not fuzz and not external_load and not test_resets"],
-            cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "FGPU_PURE_PYTHON": "1"},
+            cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, PURE_PYTHON_ENV: "1"},
         )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert " passed" in out.stdout and "failed" not in out.stdout
