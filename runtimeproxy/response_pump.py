@@ -20,8 +20,6 @@ from runtimeproxy.grpc_framing import GRPC_INTERNAL, GRPC_UNKNOWN
 from runtimeproxy.hpack_codec import Header, HPACKError
 from runtimeproxy.relay_state import ConnectionState, Side, Stream
 
-#: Whether this module runs compiled (mypyc, setup.py), where the pump reads frame headers differently
-COMPILED: Final = not __file__.endswith(".py")
 #: HEADERS flags whose frame takes the usual path: END_HEADERS and none of padding or priority
 _PLAIN_MASK: Final = h2.END_HEADERS | h2.PADDED_OR_PRIORITY
 _PASS: Final = StreamKind.PASS
@@ -54,6 +52,7 @@ def _pump(conn: ConnectionState, data: bytes) -> bool:
     hijacked = conn.hijacked
     limit = conn.backend_frame_limit
     unpack_header = h2.unpack_header
+    compiled = h2.COMPILED
     in_block = conn.b_block is not None
     resp = conn.resp
     streams = conn.streams
@@ -67,12 +66,9 @@ def _pump(conn: ConnectionState, data: bytes) -> bool:
     flags: int
     sid: int
     while n - pos >= 9:
-        if COMPILED:  # bytes indexing is native arithmetic there, and allocates nothing
-            length = buf[pos] << 16 | buf[pos + 1] << 8 | buf[pos + 2]
-            ftype = buf[pos + 3]
-            flags = buf[pos + 4]
-            sid = (buf[pos + 5] & 0x7F) << 24 | buf[pos + 6] << 16 | buf[pos + 7] << 8 | buf[pos + 8]
-        else:  # one C call is the cheapest for the interpreter
+        if compiled:
+            length, ftype, flags, sid = h2.read_header(buf, pos)
+        else:
             hi, lo, ftype, flags, sid = unpack_header(buf, pos)
             length = hi << 16 | lo
             sid &= 0x7FFFFFFF
