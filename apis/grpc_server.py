@@ -10,9 +10,10 @@ services served elsewhere (`reported`).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
@@ -89,7 +90,28 @@ def prepare_unix_socket(path: str) -> None:
         return
     if not stat.S_ISSOCK(st.st_mode):
         raise AddressError(f"{path} exists and is not a socket; remove it or choose another listen path")
-    os.unlink(path)
+    # The stopping owner may remove it between the lstat and here (a restart's successor starts
+    # while its predecessor drains); gone is what we wanted.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+@contextlib.contextmanager
+def socket_path_lock(path: str) -> Iterator[None]:
+    """Holds an exclusive lock on the socket's directory while a path is checked and bound or removed.
+
+    A predecessor that removes "its" socket on stop checks the inode first; without the lock a
+    successor could unlink and bind in between and lose its fresh socket to that removal. An
+    advisory flock on the directory needs no extra file next to the socket.
+    """
+    parent = os.path.dirname(path) or "."
+    os.makedirs(parent, exist_ok=True)
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
 
 
 def finish_unix_socket(path: str, *, mode: int = 0o660, group: int | None = None) -> None:

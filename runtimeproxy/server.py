@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import socket
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -128,11 +129,19 @@ class RuntimeProxy:
         loop = asyncio.get_running_loop()
         addr = grpc_server.parse_address(cfg.listen, field="listen")
         if addr.unix_path is not None:
-            grpc_server.prepare_unix_socket(addr.unix_path)
-            self._server = await loop.create_unix_server(self.relay.protocol, addr.unix_path)
+            # Bound here, under the lock, so no await runs while the lock is held.
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                with grpc_server.socket_path_lock(addr.unix_path):
+                    grpc_server.prepare_unix_socket(addr.unix_path)
+                    listener.bind(addr.unix_path)
+                    st = os.stat(addr.unix_path)
+                    self._socket_id = (st.st_dev, st.st_ino)
+            except BaseException:
+                listener.close()
+                raise
+            self._server = await loop.create_unix_server(self.relay.protocol, sock=listener)
             grpc_server.finish_unix_socket(addr.unix_path, mode=cfg.socket_mode, group=cfg.socket_gid())
-            st = os.stat(addr.unix_path)
-            self._socket_id = (st.st_dev, st.st_ino)
         else:
             assert addr.hostport is not None
             host, port = hostport.split(addr.hostport)
@@ -223,7 +232,7 @@ class RuntimeProxy:
         addr = grpc_server.parse_address(self.config.listen, field="listen")
         if addr.unix_path is None or self._socket_id is None:
             return
-        with contextlib.suppress(FileNotFoundError):
+        with grpc_server.socket_path_lock(addr.unix_path), contextlib.suppress(FileNotFoundError):
             st = os.lstat(addr.unix_path)
             if (st.st_dev, st.st_ino) == self._socket_id:
                 os.unlink(addr.unix_path)

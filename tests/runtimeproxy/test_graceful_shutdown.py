@@ -29,7 +29,7 @@ import grpc
 import h2.events
 import pytest
 
-from apis.grpc_server import add_listener
+from apis.grpc_server import add_listener, prepare_unix_socket, socket_path_lock
 from tests.runtimeproxy.fakeruntime import FakeRuntime
 from tests.runtimeproxy.h2peers import (
     CREATE_CONTAINER,
@@ -140,6 +140,42 @@ def test_a_stopping_proxy_leaves_its_successors_socket_alone(fake_runtime: FakeR
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_successor_binding_while_its_predecessor_removes_the_socket_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The predecessor's removal lands between the successor's check and its own removal.
+    path = str(tmp_path / "proxy.sock")
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(path)
+    real_lstat = os.lstat
+
+    def lstat_then_owner_removes(p: str) -> os.stat_result:
+        st = real_lstat(p)
+        if p == path and os.path.exists(path):
+            os.unlink(path)
+        return st
+
+    monkeypatch.setattr(os, "lstat", lstat_then_owner_removes)
+    prepare_unix_socket(path)
+    monkeypatch.undo()
+    assert not os.path.exists(path)
+    stale.close()
+
+
+def test_a_stopping_proxy_checks_and_removes_its_socket_under_the_directory_lock(fake_runtime: FakeRuntime) -> None:
+    # Else a successor could unlink and bind between the check and the removal, and lose its socket.
+    rig = ProxyRig(backend=fake_runtime.address).start(admin_listen="")
+    assert rig.thread is not None
+    path = rig.listen.removeprefix("unix://")
+    try:
+        with socket_path_lock(path):
+            stopping = rig.thread.stopping(grace=0.2)
+            time.sleep(0.3)
+            assert os.path.exists(path) and not stopping.done()
+        stopping.result(timeout=10)
+        assert not os.path.exists(path)
+    finally:
+        rig.stop()
 
 
 # --- a process restarted under load ---------------------------------------------------------------------
