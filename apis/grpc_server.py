@@ -106,12 +106,20 @@ def socket_path_lock(path: str) -> Iterator[None]:
     """
     parent = os.path.dirname(path) or "."
     os.makedirs(parent, exist_ok=True)
-    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except PermissionError:
+        fd = -1
+    try:
+        # A directory we may not read, or a filesystem without locks: bind as before, unlocked,
+        # rather than not serve.
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # closing releases the flock
+        if fd >= 0:
+            os.close(fd)  # closing releases the flock
 
 
 def finish_unix_socket(path: str, *, mode: int = 0o660, group: int | None = None) -> None:
