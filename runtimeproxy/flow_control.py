@@ -52,7 +52,10 @@ def send_pending(conn: ConnectionState, st: Stream) -> None:
     if pending is None:
         return
     if not pending:
-        conn.backend.write(h2.frame(h2.DATA, h2.END_STREAM, st.sid))
+        if st.trailers is None:
+            conn.backend.write(h2.frame(h2.DATA, h2.END_STREAM, st.sid))
+        else:
+            conn.backend.write(conn.req.own_block(st.sid, st.trailers))
         st.pending = None
         return
     out = bytearray()
@@ -64,7 +67,9 @@ def send_pending(conn: ConnectionState, st: Stream) -> None:
         pending = pending[n:]
         st.window -= n
         conn.bwin -= n
-        out += h2.frame(h2.DATA, 0 if pending else h2.END_STREAM, st.sid, bytes(chunk))
+        out += h2.frame(h2.DATA, 0 if pending or st.trailers is not None else h2.END_STREAM, st.sid, bytes(chunk))
+        if not pending and st.trailers is not None:
+            out += conn.req.own_block(st.sid, st.trailers)
     if out:
         conn.backend.write(bytes(out))
     st.pending = pending if pending else None
@@ -88,6 +93,9 @@ def backend_settings_acked(conn: ConnectionState, values: dict[int, int]) -> h2.
                     return h2.Violation(h2.FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream window")
     if h2.SETTINGS_MAX_FRAME_SIZE in values:
         conn.b_max_frame = values[h2.SETTINGS_MAX_FRAME_SIZE]
+    if h2.SETTINGS_HEADER_TABLE_SIZE in values:
+        # the relay's own blocks to the runtime (a held request's trailers) may owe it a size update
+        conn.req.decoder.table_size_acked(values[h2.SETTINGS_HEADER_TABLE_SIZE])
     drain(conn)
     return None
 
@@ -110,8 +118,10 @@ def drain(conn: ConnectionState) -> None:
 def backend_window_update(conn: ConnectionState, sid: int, inc: int) -> tuple[bool, int, h2.Violation | None]:
     """Books a runtime WINDOW_UPDATE: (forward it to kubelet as is, connection credit to pass on instead, error).
 
-    Connection credit the runtime returns for what the relay sent itself is withheld;
-    stream credit for held calls is the relay's alone (kubelet had its own already).
+    Connection credit the runtime returns for what the relay sent itself is withheld; stream credit for a
+    held call is the relay's, and also kubelet's while kubelet still sends the request: the relay credits
+    kubelet only for DATA it received, so a runtime that starts streams at window 0 and opens them with
+    WINDOW_UPDATEs (RFC 9113 6.9.2 allows it) would otherwise leave kubelet unable to send a byte.
     """
     if sid == 0:
         conn.bwin += inc
@@ -130,5 +140,5 @@ def backend_window_update(conn: ConnectionState, sid: int, inc: int) -> tuple[bo
         if st.window > h2.MAX_WINDOW:
             return False, 0, h2.Violation(h2.FLOW_CONTROL_ERROR, f"stream {sid} window above 2^31-1", stream_only=True)
         drain(conn)
-        return False, 0, None
+        return st.task is None and not st.closed, 0, None
     return sid not in conn.hijacked, 0, None

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import zlib
 
-from runtimeproxy import h2frames as h2
 from runtimeproxy.calls import Refuse
-from runtimeproxy.hpack_codec import Header, encode_unindexed, percent_encode
+from runtimeproxy.hpack_codec import Header, percent_encode
 
 GRPC_OK = 0
 GRPC_CANCELLED = 1
@@ -99,11 +98,3 @@ def trailer_fields(code: int, message: str, *, headers_sent: bool = False) -> li
         fields += [(b":status", b"200"), (b"content-type", b"application/grpc")]
     fields += [(b"grpc-status", str(code).encode()), (b"grpc-message", status_message(message))]
     return fields
-
-
-def trailers(sid: int, code: int, message: str, *, headers_sent: bool = False) -> bytes:
-    """Frames ending the stream with this status; literal fields leave kubelet's HPACK table alone.
-
-    The block is split into CONTINUATIONs at 16 KiB, the one frame size every peer accepts.
-    """
-    return h2.header_frames(sid, True, encode_unindexed(trailer_fields(code, message, headers_sent=headers_sent)))

@@ -52,7 +52,4 @@ def reencode(path: HeaderPath, fragment: bytes | bytearray | memoryview, sid: in
 
 def trailers(path: HeaderPath, sid: int, code: int, message: str, *, headers_sent: bool = False) -> bytes:
     """The relay's own trailers ending a call with this gRPC status, for the receiver of `path`."""
-    if path.reencoder is None:
-        return grpc_framing.trailers(sid, code, message, headers_sent=headers_sent)
-    fields = grpc_framing.trailer_fields(code, message, headers_sent=headers_sent)
-    return h2.header_frames(sid, True, path.reencoder.encode(fields))
+    return path.own_block(sid, grpc_framing.trailer_fields(code, message, headers_sent=headers_sent))

@@ -56,6 +56,10 @@ class HeaderDecoder:
         self._blocks: dict[bytes, list[Header]] = {}
         #: bumped by every block that changed the table, so a caller can tell whether one did
         self.generation = 0
+        # The smallest and the last SETTINGS_HEADER_TABLE_SIZE the receiver acknowledged below the table's
+        # size, which the encoder must signal at the start of its next block (RFC 7541 4.2); -1: none owed.
+        self._owed_min = -1
+        self._owed_last = -1
 
     def decode(self, block: bytes | bytearray | memoryview) -> Sequence[Header]:
         """The block's header fields. The result may be shared with later calls: do not modify it."""
@@ -94,6 +98,7 @@ class HeaderDecoder:
                 size, pos = _integer(data, pos, 5)
                 self._max_size = size
                 self._evict()
+                self._owed_min = -1
                 mutated = True
             else:  # literal without indexing (0x00) or never indexed (0x10)
                 header, pos = self._literal(data, pos, 4)
@@ -106,6 +111,31 @@ class HeaderDecoder:
                 self._blocks.clear()
             self._blocks[data] = headers
         return headers
+
+    def table_size_acked(self, size: int) -> None:
+        """The receiver acknowledged a SETTINGS_HEADER_TABLE_SIZE; below the table's size the encoder owes an update."""
+        if self._owed_min >= 0:
+            self._owed_min = min(self._owed_min, size)
+            self._owed_last = size
+        elif size < self._max_size:
+            self._owed_min = self._owed_last = size
+
+    def take_owed_updates(self) -> list[int]:
+        """The size updates a block written in the encoder's place must start with, applied to the table here.
+
+        The receiver rejects a block that does not start with an update it is owed. Evicting now keeps this
+        table in step with the receiver's, and with the encoder's once its own update (no larger) arrives.
+        """
+        if self._owed_min < 0:
+            return []
+        sizes = [self._owed_min] if self._owed_last == self._owed_min else [self._owed_min, self._owed_last]
+        self._owed_min = -1
+        for size in sizes:
+            self._max_size = size
+            self._evict()
+        self._blocks.clear()
+        self.generation += 1
+        return sizes
 
     def snapshot(self) -> tuple[tuple[Header, ...], int]:
         """The dynamic table (newest entry first) and its maximum size, as they are now."""
@@ -207,6 +237,14 @@ def _encode_integer(value: int, prefix: int, first: int) -> bytes:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
+    return bytes(out)
+
+
+def encode_size_updates(sizes: list[int]) -> bytes:
+    """Dynamic table size updates, to start a header block with."""
+    out = bytearray()
+    for size in sizes:
+        out += _encode_integer(size, 5, 0x20)
     return bytes(out)
 
 

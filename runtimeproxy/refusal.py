@@ -6,7 +6,8 @@ import asyncio
 import logging
 
 from runtimeproxy import h2frames as h2
-from runtimeproxy.grpc_framing import GRPC_UNAVAILABLE, trailers
+from runtimeproxy.grpc_framing import GRPC_UNAVAILABLE, trailer_fields
+from runtimeproxy.hpack_codec import encode_size_updates, encode_unindexed
 from runtimeproxy.relay_state import ConnectionState, remember
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,10 @@ def refuse_pending(conn: ConnectionState) -> None:
         elif ftype == h2.HEADERS and sid not in conn.hijacked:
             remember(conn.hijacked, sid)
             conn.last_sid = max(conn.last_sid, sid)
-            out += trailers(sid, GRPC_UNAVAILABLE, conn.refusing)
+            # a size update to 0 first: kubelet may have lowered its table in SETTINGS this just acknowledged,
+            # and then rejects a block without one (RFC 7541 4.2); the relay's blocks use no table anyway
+            block = encode_size_updates([0]) + encode_unindexed(trailer_fields(GRPC_UNAVAILABLE, conn.refusing))
+            out += h2.header_frames(sid, True, block)
         elif ftype == h2.DATA and length:
             out += h2.window_update(0, length)
         pos = end

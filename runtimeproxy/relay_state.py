@@ -18,7 +18,13 @@ from typing import Any, Protocol
 
 from runtimeproxy import h2frames as h2
 from runtimeproxy.calls import CallHandler, StreamKind
-from runtimeproxy.hpack_codec import Header, HeaderDecoder, TableEncoder
+from runtimeproxy.hpack_codec import (
+    Header,
+    HeaderDecoder,
+    TableEncoder,
+    encode_size_updates,
+    encode_unindexed,
+)
 
 #: The most the relay holds of one intercepted request: kubelet's message limit and the gRPC prefix.
 MAX_HELD_BYTES = 16 * 1024 * 1024 + 5
@@ -154,6 +160,8 @@ class Stream:
     # EDIT: the runtime's stream-level send window, and what still waits for it
     window: int = 0
     pending: memoryview | None = None
+    #: EDIT: the trailers kubelet ended the request with, sent after the edited message (which then lacks END_STREAM)
+    trailers: Sequence[Header] | None = None
     task: asyncio.Task[None] | None = None
     # EDIT: the edited message was handed to the send path (its credit is withheld from kubelet)
     settled: bool = False
@@ -169,6 +177,20 @@ class HeaderPath:
     decoder: HeaderDecoder = field(default_factory=HeaderDecoder)
     #: set once a dropped block changed the sender's table: later blocks are re-encoded for the receiver
     reencoder: TableEncoder | None = None
+
+    def own_block(self, sid: int, fields: Sequence[Header]) -> bytes:
+        """Frames of a block the relay writes itself, ending the stream, that leave the receiver's table alone.
+
+        Literals without indexing change no table and refer to none, so the block fits anywhere between the
+        sender's. A size update the sender owes the receiver (which lowered SETTINGS_HEADER_TABLE_SIZE) starts
+        it: the receiver expects one at the start of the first block after its SETTINGS were acknowledged.
+        Once the receiver's table is the relay's, the relay's encoder writes the block, its pending updates first.
+        """
+        updates = self.decoder.take_owed_updates()
+        if self.reencoder is None:
+            return h2.header_frames(sid, True, encode_size_updates(updates) + encode_unindexed(list(fields)))
+        self.reencoder.resize(updates)
+        return h2.header_frames(sid, True, self.reencoder.encode(fields))
 
 
 class ConnectionState:
@@ -205,6 +227,8 @@ class ConnectionState:
         self.queue: deque[tuple[bytes, int]] = deque()
         # runtime SETTINGS kubelet has not acknowledged yet (in order)
         self.b_settings: deque[dict[int, int]] = deque()
+        #: kubelet's SETTINGS the runtime has not acknowledged yet: the HEADER_TABLE_SIZE of each (-1: none)
+        self.c_table_sizes: deque[int] = deque()
         self.withhold = 0
         self.blocked: list[Stream] = []
         # the largest frame each side may send: the other's SETTINGS_MAX_FRAME_SIZE, the highest

@@ -220,6 +220,7 @@ def _pump(conn: ConnectionState, data: bytes) -> None:
             elif ftype == h2.SETTINGS:
                 if not flags & h2.ACK:
                     values = h2.parse_settings(buf[pos + 9 : end])
+                    conn.c_table_sizes.append(values.get(h2.SETTINGS_HEADER_TABLE_SIZE, -1))
                     if h2.SETTINGS_MAX_FRAME_SIZE in values:
                         conn.backend_frame_limit = max(conn.backend_frame_limit, values[h2.SETTINGS_MAX_FRAME_SIZE])
                 elif conn.b_settings:
@@ -275,6 +276,12 @@ def _block(conn: ConnectionState, sid: int, flags: int, fragment: bytes | bytear
             return b""
         if st is None and not new and sid in conn.refused:
             header_sync.drop(path, fragment)
+            return b""
+        if st is not None and st.kind is StreamKind.EDIT and st.task is None and flags & h2.END_STREAM:
+            # kubelet ends the held request with trailers: they would end it at the runtime before the held
+            # message, so they follow the edited message instead (`flow_control.send_pending`)
+            st.trailers = header_sync.drop(path, fragment)
+            held_calls.start_edit(conn, st)
             return b""
         if path.reencoder is None:
             headers = path.decoder.decode(fragment)

@@ -190,6 +190,9 @@ def _pump(conn: ConnectionState, data: bytes) -> bool:
                     conn.b_settings.append(values)
                     if h2.SETTINGS_MAX_FRAME_SIZE in values:
                         conn.client_frame_limit = max(conn.client_frame_limit, values[h2.SETTINGS_MAX_FRAME_SIZE])
+                elif conn.c_table_sizes and (size := conn.c_table_sizes.popleft()) >= 0:
+                    # kubelet applies its new table size now: the relay's own next block may owe it an update
+                    resp.decoder.table_size_acked(size)
             elif ftype == h2.GOAWAY:
                 last = int.from_bytes(buf[pos + 9 : pos + 13], "big") & 0x7FFFFFFF
                 if conn.runtime_goaway_sid is None or last < conn.runtime_goaway_sid:

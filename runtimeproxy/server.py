@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 #: The runtime's services, whose health the admin socket reports (it serves neither).
 CRI_SERVICES = (names.CRI_RUNTIME_SERVICE, names.CRI_IMAGE_SERVICE)
+#: asyncio's own default; kubelet opens a handful of connections
+LISTEN_BACKLOG = 100
 
 
 def make_connector(config: ProxyConfig) -> Dialer:
@@ -135,12 +137,15 @@ class RuntimeProxy:
                 with grpc_server.socket_path_lock(addr.unix_path):
                     grpc_server.prepare_unix_socket(addr.unix_path)
                     listener.bind(addr.unix_path)
+                    # Listening before the path is visible unlocked: a client that waits for the
+                    # socket file must not find it refusing connections.
+                    listener.listen(LISTEN_BACKLOG)
                     st = os.stat(addr.unix_path)
                     self._socket_id = (st.st_dev, st.st_ino)
             except BaseException:
                 listener.close()
                 raise
-            self._server = await loop.create_unix_server(self.relay.protocol, sock=listener)
+            self._server = await loop.create_unix_server(self.relay.protocol, sock=listener, backlog=LISTEN_BACKLOG)
             grpc_server.finish_unix_socket(addr.unix_path, mode=cfg.socket_mode, group=cfg.socket_gid())
         else:
             assert addr.hostport is not None
