@@ -33,15 +33,20 @@ shutdown, drains them (`draining`) before it closes them.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import cast
 
 from runtimeproxy import draining, peer_errors, request_pump
 from runtimeproxy.calls import CallHandler
 from runtimeproxy.connection import Connection
+from runtimeproxy.logs import event
 from runtimeproxy.relay_state import ConnectionState, Dialer, ReadBuffer
 
 __all__ = ["Dialer", "Relay"]
+
+log = logging.getLogger(__name__)
 
 _STEP_S = 0.01
 
@@ -85,10 +90,18 @@ class Relay:
             now = loop.time()
             for conn in list(self.connections):
                 draining.step(conn, now)
+        cut: Counter[str] = Counter()
         for conn in list(self.connections):
             if conn.backend is not None:
+                cut.update(st.path.decode(errors="replace") for st in conn.streams.values() if not st.closed)
                 peer_errors.fail_open_calls(conn, "fgpu-runtime-proxy: shutting down before the runtime answered")
             conn.close()
+        if cut:
+            # kubelet saw these fail with UNAVAILABLE; the journal must say why, and which calls
+            event(
+                log, logging.WARNING, "grace ended; calls still open were ended with UNAVAILABLE",
+                grace_s=grace, calls=sum(cut.values()), methods=",".join(f"{m}x{n}" for m, n in sorted(cut.items())),
+            )
 
 
 class _ClientSide(asyncio.BufferedProtocol):

@@ -113,6 +113,7 @@ class RuntimeProxy:
         self._http: Any = None
         self._refresher: asyncio.Task[None] | None = None
         self._socket_id: tuple[int, int] | None = None
+        self._admin_socket_id: tuple[int, int] | None = None
         self._stopping = False
         self.metrics_port: int | None = None
 
@@ -170,8 +171,29 @@ class RuntimeProxy:
         # The admin socket serves health and reflection only: reflection lists those, while health
         # also reports on the runtime's CRI services (NOT_SERVING until a dial of it worked).
         self._health = grpc_server.add_health_and_reflection(self._admin, [], reported=CRI_SERVICES)
-        grpc_server.add_listener(self._admin, address, field="admin-listen")
-        self._admin.start()
+        addr = grpc_server.parse_address(address, field="admin-listen")
+        if addr.unix_path is None:
+            grpc_server.add_listener(self._admin, address, field="admin-listen")
+            self._admin.start()
+        else:
+            # grpc-core unlinks a unix listener's path when the server stops, and by then a successor
+            # may have bound that path. So grpc binds a name of this process's own, renamed into place:
+            # grpc's unlink then finds nothing, and stop() removes the path only while it is ours.
+            # random, not the pid: a successor in another container may have the same pid; in the same
+            # directory (rename stays on one filesystem) and short (unix socket paths end at 107 bytes)
+            private = os.path.join(os.path.dirname(addr.unix_path), f".fgpu-{os.urandom(4).hex()}")
+            grpc_server.prepare_unix_socket(addr.unix_path)  # refuses a non-socket there before binding
+            grpc_server.add_listener(self._admin, f"unix://{private}", field="admin-listen")
+            self._admin.start()
+            try:
+                with grpc_server.socket_path_lock(addr.unix_path):
+                    grpc_server.prepare_unix_socket(addr.unix_path)
+                    os.rename(private, addr.unix_path)
+                    st = os.lstat(addr.unix_path)
+                    self._admin_socket_id = (st.st_dev, st.st_ino)
+            except BaseException:
+                self._admin.stop(grace=None)  # grpc removes the private name
+                raise
         self.backend_health = BackendHealth(
             probe=make_probe(self.config), report=self._report_backend, backend_name=self.config.backend
         )
@@ -222,6 +244,9 @@ class RuntimeProxy:
         if self.backend_health is not None:
             await self.backend_health.close()
         if self._admin is not None:
+            if self.config.admin_listen:
+                self._release_path(self.config.admin_listen, self._admin_socket_id)
+                self._admin_socket_id = None
             self._admin.stop(grace=None)
         if self._http is not None:
             self._http.shutdown()
@@ -234,14 +259,19 @@ class RuntimeProxy:
 
     def _release_socket(self) -> None:
         """Removes the listen socket, unless it is no longer ours (a successor already bound the path)."""
-        addr = grpc_server.parse_address(self.config.listen, field="listen")
-        if addr.unix_path is None or self._socket_id is None:
+        self._release_path(self.config.listen, self._socket_id)
+        self._socket_id = None
+
+    @staticmethod
+    def _release_path(address: str, socket_id: tuple[int, int] | None) -> None:
+        """Removes the unix socket at `address` if it is still the one we bound (`socket_id`)."""
+        addr = grpc_server.parse_address(address, field="listen")
+        if addr.unix_path is None or socket_id is None:
             return
         with grpc_server.socket_path_lock(addr.unix_path), contextlib.suppress(FileNotFoundError):
             st = os.lstat(addr.unix_path)
-            if (st.st_dev, st.st_ino) == self._socket_id:
+            if (st.st_dev, st.st_ino) == socket_id:
                 os.unlink(addr.unix_path)
-        self._socket_id = None
 
     def refresh_hooks_now(self) -> None:
         self.hook_registry.refresh()
