@@ -72,8 +72,6 @@ def _pump(conn: ConnectionState, data: bytes) -> None:
     compiled = h2.COMPILED
     in_block = conn.c_block is not None
     req = conn.req
-    classify = conn.handler.classify
-    last_headers, last_path = conn.last_request
     # one clock reading per pass: the calls it opens arrived in the same read
     now = time.perf_counter()
     # typed, so that a compiled build (mypyc) does native arithmetic on the header's fields
@@ -154,20 +152,7 @@ def _pump(conn: ConnectionState, data: bytes) -> None:
                         conn, Side.CLIENT, h2.Violation(h2.COMPRESSION_ERROR, f"bad header block: {exc}")
                     )
                     return
-                conn.last_sid = sid
-                if headers is last_headers:
-                    # the decoder's cached block (the same request block again): the same call
-                    path_value = last_path
-                else:
-                    path_value = _path(headers)
-                    last_headers, last_path = headers, path_value
-                    conn.last_request = (headers, path_value)
-                # classified afresh for every stream: hook registrations come and go
-                kind = classify(path_value)
-                st = Stream(sid, path_value, kind, now)
-                streams[sid] = st
-                if kind is not _PASS:
-                    _intercepted(conn, st, flags, headers)
+                _open(conn, sid, flags, headers, now)
                 pos = end
                 continue
             if flags & h2.PADDED_OR_PRIORITY or not sid & 1:  # the usual HEADERS needs no other check
@@ -296,6 +281,12 @@ def _block(conn: ConnectionState, sid: int, flags: int, fragment: bytes | bytear
         return out
     if not new:  # a stream the runtime already ended: the runtime answers for it
         return out
+    _open(conn, sid, flags, headers, time.perf_counter())
+    return out
+
+
+def _open(conn: ConnectionState, sid: int, flags: int, headers: Sequence[Header], now: float) -> None:
+    """Registers kubelet's new stream `sid` with its request headers."""
     conn.last_sid = sid
     if headers is conn.last_request[0]:
         # the decoder's cached block (the same request block again): the same call
@@ -304,12 +295,10 @@ def _block(conn: ConnectionState, sid: int, flags: int, fragment: bytes | bytear
         path_value = _path(headers)
         conn.last_request = (headers, path_value)
     # classified afresh for every stream: hook registrations come and go
-    kind = conn.handler.classify(path_value)
-    st = Stream(sid, path_value, kind, time.perf_counter())
+    st = Stream(sid, path_value, conn.handler.classify(path_value), now)
     conn.streams[sid] = st
-    if kind is not StreamKind.PASS:
+    if st.kind is not _PASS:
         _intercepted(conn, st, flags, headers)
-    return out
 
 
 def _path(headers: Sequence[Header]) -> bytes:

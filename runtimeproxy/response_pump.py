@@ -56,7 +56,6 @@ def _pump(conn: ConnectionState, data: bytes) -> bool:
     in_block = conn.b_block is not None
     resp = conn.resp
     streams = conn.streams
-    last_trailers, last_code = conn.last_trailers
     # one clock reading per pass: the calls it ends were answered in the same read
     now = time.perf_counter()
     # typed, so that a compiled build (mypyc) does native arithmetic on the header's fields
@@ -111,19 +110,8 @@ def _pump(conn: ConnectionState, data: bytes) -> bool:
                 if not flags & h2.END_STREAM:
                     if (st := streams.get(sid)) is not None:
                         st.responded = True
-                elif (st := streams.pop(sid, None)) is not None:
-                    # the call's trailers: its status (the usual OK trailers are the decoder's cached block)
-                    if headers is last_trailers:
-                        code = last_code
-                    else:
-                        code = _status(headers)
-                        last_trailers, last_code = headers, code
-                        conn.last_trailers = (headers, code)
-                    if st.kind is _PASS:
-                        st.closed = True
-                        conn.done.append((st.path, _PASS, None, code, now - st.t0))
-                    else:
-                        _intercepted_end(conn, st, code)
+                else:
+                    _response_end(conn, sid, headers, now=now)
                 pos = end
                 continue
             if flags & h2.PADDED_OR_PRIORITY or not sid & 1:  # the usual HEADERS needs no other check
@@ -256,7 +244,11 @@ def _backend_write(conn: ConnectionState, data: bytes) -> None:
         conn.backend.write(data)
 
 
-def _response_end(conn: ConnectionState, sid: int, headers: Sequence[Header] | None, *, rst_code: int | None = None) -> None:
+def _response_end(
+    conn: ConnectionState, sid: int, headers: Sequence[Header] | None, *, rst_code: int | None = None,
+    now: float | None = None,
+) -> None:
+    """The call on `sid` ended (trailers, or a reset): its gRPC status, recorded for the handler."""
     st = conn.streams.pop(sid, None)
     if st is None:
         return
@@ -271,7 +263,7 @@ def _response_end(conn: ConnectionState, sid: int, headers: Sequence[Header] | N
             conn.last_trailers = (headers, code)
     if st.kind is StreamKind.PASS:
         st.closed = True
-        conn.done.append((st.path, StreamKind.PASS, None, code, time.perf_counter() - st.t0))
+        conn.done.append((st.path, _PASS, None, code, (time.perf_counter() if now is None else now) - st.t0))
         return
     _intercepted_end(conn, st, code)
 

@@ -182,7 +182,6 @@ class RuntimeProxy:
             # random, not the pid: a successor in another container may have the same pid; in the same
             # directory (rename stays on one filesystem) and short (unix socket paths end at 107 bytes)
             private = os.path.join(os.path.dirname(addr.unix_path), f".fgpu-{os.urandom(4).hex()}")
-            grpc_server.prepare_unix_socket(addr.unix_path)  # refuses a non-socket there before binding
             grpc_server.add_listener(self._admin, f"unix://{private}", field="admin-listen")
             self._admin.start()
             try:

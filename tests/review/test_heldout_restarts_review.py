@@ -42,45 +42,43 @@ def _cut_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.levelno >= logging.WARNING and "grace" in r.getMessage()]
 
 
-def test_calls_cut_when_the_grace_ends_are_named_in_the_log(
-    fake_runtime: FakeRuntime, caplog: pytest.LogCaptureFixture
-) -> None:
-    # A call kubelet sees fail with UNAVAILABLE during a restart must be traceable in the proxy's
-    # journal; "stopped" alone does not say that anything was cut.
+@pytest.fixture
+def logged_rig(fake_runtime: FakeRuntime, caplog: pytest.LogCaptureFixture) -> Iterator[ProxyRig]:
+    """An in-process proxy (no admin socket) whose log the test reads; stopped after the test."""
     caplog.set_level(logging.INFO, logger="runtimeproxy")
     rig = ProxyRig(backend=fake_runtime.address).start(admin_listen="")
     assert rig.thread is not None
-    try:
-        with rig.kubelet() as k, concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            waiting = pool.submit(k.raw, "/test.Echo/Wait", b"", timeout=10)
-            deadline = time.monotonic() + 5
-            while not any(s.method == "/test.Echo/Wait" for s in fake_runtime.seen):
-                assert time.monotonic() < deadline, "the call never reached the runtime"
-                time.sleep(0.01)
-            rig.thread.stopping(grace=0.3).result(timeout=5)
-            with pytest.raises(grpc.RpcError) as err:
-                waiting.result(timeout=5)
-            assert err.value.code() is grpc.StatusCode.UNAVAILABLE
-    finally:
-        rig.stop()
+    yield rig
+    rig.stop()
+
+
+def test_calls_cut_when_the_grace_ends_are_named_in_the_log(
+    logged_rig: ProxyRig, fake_runtime: FakeRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A call kubelet sees fail with UNAVAILABLE during a restart must be traceable in the proxy's
+    # journal; "stopped" alone does not say that anything was cut.
+    assert logged_rig.thread is not None
+    with logged_rig.kubelet() as k, concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        waiting = pool.submit(k.raw, "/test.Echo/Wait", b"", timeout=10)
+        deadline = time.monotonic() + 5
+        while not any(s.method == "/test.Echo/Wait" for s in fake_runtime.seen):
+            assert time.monotonic() < deadline, "the call never reached the runtime"
+            time.sleep(0.01)
+        logged_rig.thread.stopping(grace=0.3).result(timeout=5)
+        with pytest.raises(grpc.RpcError) as err:
+            waiting.result(timeout=5)
+        assert err.value.code() is grpc.StatusCode.UNAVAILABLE
     (record,) = _cut_warnings(caplog)
     fields = getattr(record, "fields", {})
     assert fields.get("calls") == 1, fields
     assert "/test.Echo/Wait" in str(fields.get("methods")), fields
 
 
-def test_a_drain_that_finishes_in_time_reports_no_cut_calls(
-    fake_runtime: FakeRuntime, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger="runtimeproxy")
-    rig = ProxyRig(backend=fake_runtime.address).start(admin_listen="")
-    assert rig.thread is not None
-    try:
-        with rig.kubelet() as k:
-            assert k.raw("/test.Echo/Unary", b"done before the stop")[0] == b"done before the stop"
-            rig.thread.stopping(grace=0.3).result(timeout=5)
-    finally:
-        rig.stop()
+def test_a_drain_that_finishes_in_time_reports_no_cut_calls(logged_rig: ProxyRig, caplog: pytest.LogCaptureFixture) -> None:
+    assert logged_rig.thread is not None
+    with logged_rig.kubelet() as k:
+        assert k.raw("/test.Echo/Unary", b"done before the stop")[0] == b"done before the stop"
+        logged_rig.thread.stopping(grace=0.3).result(timeout=5)
     assert _cut_warnings(caplog) == []
     assert any(r.getMessage() == "runtime proxy stopped" for r in caplog.records)
 
